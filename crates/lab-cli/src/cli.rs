@@ -1,0 +1,108 @@
+//! The command line, as clap sees it. Doc comments here are the `--help` text.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Exit codes, also printed at the end of `--help` and listed in the README.
+pub mod exit {
+    /// Every scenario ran and every fact (and, for `check`, every narrative) is as expected.
+    pub const OK: u8 = 0;
+    /// A fact or a narrative is not as expected.
+    pub const DRIFT: u8 = 1;
+    /// The command line is wrong (clap uses 2 as well).
+    pub const USAGE: u8 = 2;
+    /// The environment: a server cannot be started or reached, a file cannot be read.
+    pub const ENVIRONMENT: u8 = 3;
+    /// Interrupted with Ctrl-C (128 + SIGINT), after cleaning up.
+    pub const INTERRUPTED: u8 = 130;
+}
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  0    every fact (and, for `check`, every narrative) is as expected
+  1    a fact or a narrative is not as expected (drift)
+  2    usage error: an unknown flag, scenario or value
+  3    environment: PostgreSQL or Redis cannot be started or reached
+  130  interrupted by Ctrl-C (servers and temporary files are cleaned up first)
+
+Quick start:
+  lab run all          run every scenario on throwaway PostgreSQL and Redis
+  lab run duplicate --step   pause after every step (Enter: next, q: quit)";
+
+/// lab: see, on real PostgreSQL and Redis, why retries duplicate side effects and how
+/// idempotency stops it.
+#[derive(Debug, Parser)]
+#[command(name = "lab", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub global: Global,
+}
+
+/// Flags every command takes.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Language of the narrative [default: LAB_LANG, else ru when LANG starts with ru, else en]
+    #[arg(long, global = true, value_enum)]
+    pub lang: Option<LangArg>,
+    /// Colour: auto (a terminal and no NO_COLOR), always or never
+    #[arg(long, global = true, value_enum, default_value_t = ColorArg::Auto)]
+    pub color: ColorArg,
+    /// Output: text for people, json for one JSON object per line
+    #[arg(long, global = true, value_enum, default_value_t = FormatArg::Text)]
+    pub format: FormatArg,
+    /// Pause after every step, inside services and before each answer (Enter: go on, q: quit)
+    #[arg(long, global = true)]
+    pub step: bool,
+    /// Use this PostgreSQL instead of a throwaway one (postgresql:// or postgresql+psycopg://)
+    #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Use this Redis instead of a throwaway one (redis://host:port)
+    #[arg(long, global = true, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+    /// Keep each run's schema and keys for inspection, and print how to look at them
+    #[arg(long, global = true)]
+    pub keep: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List every scenario with a one-line summary
+    List,
+    /// Run scenarios (or `all`), narrated, on one set of servers
+    Run {
+        /// Scenario names, or `all`
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+    },
+    /// Run scenarios headless and compare facts and narratives (ru and en) with scenarios/
+    Check {
+        /// Scenario names (default: all)
+        #[arg(value_name = "NAME")]
+        names: Vec<String>,
+        /// Rewrite the expected files with what this run produced
+        #[arg(long)]
+        bless: bool,
+    },
+    /// Show which servers would be used, their versions, and what is missing
+    Doctor,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LangArg {
+    Ru,
+    En,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    Text,
+    Json,
+}

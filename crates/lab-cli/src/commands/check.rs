@@ -1,0 +1,200 @@
+//! `lab check [NAME...] [--bless]`: the course CI's command.
+//!
+//! Runs each scenario headless (no pauses, no live output), then compares what it measured with
+//! `scenarios/<name>/expected.json` and what it would say, rendered without colour in English and
+//! in Russian, with `expected.en.txt` and `expected.ru.txt`. Any difference is drift: a readable
+//! diff and exit 1. `--bless` writes this run's facts and narratives as the new expectations.
+
+use colored::Colorize;
+use lab_core::facts::compare;
+use lab_core::render::render_text;
+use lab_core::{Event, Gate, Lang, Narrator};
+use lab_scenarios::{Library, RunReport, ScenarioError};
+use similar::TextDiff;
+
+use crate::cli::{FormatArg, Global, exit};
+use crate::session::{self, Failure, Guarded, Interrupts};
+
+/// The narratives of a run in both languages. When blessing, the summary is rendered as if the
+/// measured facts were the expected ones, which is what they are about to become.
+fn narratives(library: &Library, report: &RunReport, bless: bool) -> Vec<(Lang, String)> {
+    let events: Vec<Event> = report
+        .events
+        .iter()
+        .cloned()
+        .map(|event| match event {
+            Event::Summary {
+                scenario, facts, ..
+            } if bless => Event::Summary {
+                scenario,
+                expected: facts.clone(),
+                facts,
+                passed: true,
+            },
+            other => other,
+        })
+        .collect();
+    Lang::ALL
+        .iter()
+        .map(|&lang| (lang, render_text(&library.texts, lang, &events)))
+        .collect()
+}
+
+/// What one scenario's check found.
+struct Verdict {
+    fact_problems: Vec<String>,
+    /// (language, unified diff) for each narrative that differs.
+    narrative_diffs: Vec<(Lang, String)>,
+}
+
+impl Verdict {
+    fn ok(&self) -> bool {
+        self.fact_problems.is_empty() && self.narrative_diffs.is_empty()
+    }
+}
+
+fn judge(library: &Library, report: &RunReport, rendered: &[(Lang, String)]) -> Verdict {
+    let fact_problems = compare(&report.facts, &library.expected_facts(report.name))
+        .into_iter()
+        .filter(|c| !c.ok())
+        .map(|c| {
+            let show = |v: &Option<serde_json::Value>| {
+                v.as_ref().map_or("(none)".to_string(), |v| v.to_string())
+            };
+            format!(
+                "fact {}: measured {}, expected {}",
+                c.name,
+                show(&c.actual),
+                show(&c.expected)
+            )
+        })
+        .collect();
+    let narrative_diffs = rendered
+        .iter()
+        .filter_map(|(lang, actual)| {
+            let expected = library
+                .expected_narrative(report.name, *lang)
+                .unwrap_or_default();
+            (expected != *actual).then(|| {
+                let diff = TextDiff::from_lines(&expected, actual)
+                    .unified_diff()
+                    .context_radius(2)
+                    .header(
+                        &format!("scenarios/{}/expected.{}.txt", report.name, lang.code()),
+                        "this run",
+                    )
+                    .to_string();
+                (*lang, diff)
+            })
+        })
+        .collect();
+    Verdict {
+        fact_problems,
+        narrative_diffs,
+    }
+}
+
+fn print_text(name: &str, verdict: &Verdict, bless: bool, color: bool) {
+    let paint = |s: &str, good: bool| match (color, good) {
+        (false, _) => s.to_string(),
+        (true, true) => s.green().bold().to_string(),
+        (true, false) => s.red().bold().to_string(),
+    };
+    if bless {
+        println!("{name:<12} {}", paint("blessed", true));
+        return;
+    }
+    if verdict.ok() {
+        println!("{name:<12} {}", paint("ok (facts, en, ru)", true));
+        return;
+    }
+    println!("{name:<12} {}", paint("DRIFT", false));
+    for problem in &verdict.fact_problems {
+        println!("  {problem}");
+    }
+    for (lang, diff) in &verdict.narrative_diffs {
+        println!("  narrative ({lang}) differs:");
+        for line in diff.lines() {
+            let line = match line.chars().next() {
+                Some('+') if color && !line.starts_with("+++") => line.green().to_string(),
+                Some('-') if color && !line.starts_with("---") => line.red().to_string(),
+                _ => line.to_string(),
+            };
+            println!("    {line}");
+        }
+    }
+}
+
+pub async fn check(
+    global: &Global,
+    names: &[String],
+    bless: bool,
+    interrupts: &mut Interrupts,
+) -> Result<u8, Failure> {
+    let scenarios = session::resolve(names)?;
+    let lang = session::lang(global);
+    let color = session::color(global);
+    let library = session::library()?;
+    let needs = session::needs(&scenarios);
+    // Headless: no pauses, whatever --step says.
+    let gate = Gate::default();
+    let servers = match session::guarded(
+        session::start_servers(global, needs, &library, lang),
+        interrupts,
+        &gate,
+    )
+    .await
+    {
+        Guarded::Finished(servers) => servers?,
+        Guarded::Interrupted | Guarded::Quit => return Ok(exit::INTERRUPTED),
+    };
+
+    let work = async {
+        let mut drift = false;
+        for scenario in &scenarios {
+            let report =
+                lab_scenarios::run(scenario, &servers, Narrator::recording(), &library, false)
+                    .await?;
+            let rendered = narratives(&library, &report, bless);
+            let verdict = judge(&library, &report, &rendered);
+            if bless {
+                library
+                    .bless(scenario.name, &report.facts, &rendered)
+                    .map_err(|e| ScenarioError::Broken(e.to_string()))?;
+            } else {
+                drift |= !verdict.ok();
+            }
+            match global.format {
+                FormatArg::Text => print_text(scenario.name, &verdict, bless, color),
+                FormatArg::Json => println!(
+                    "{}",
+                    serde_json::json!({
+                        "scenario": scenario.name,
+                        "facts_ok": verdict.fact_problems.is_empty(),
+                        "narrative_ok": {
+                            "en": !verdict.narrative_diffs.iter().any(|(l, _)| *l == Lang::En),
+                            "ru": !verdict.narrative_diffs.iter().any(|(l, _)| *l == Lang::Ru),
+                        },
+                        "problems": verdict.fact_problems,
+                        "diffs": verdict.narrative_diffs.iter().map(|(l, d)| (l.code().to_string(), d.clone())).collect::<std::collections::BTreeMap<_, _>>(),
+                        "passed": bless || verdict.ok(),
+                    })
+                ),
+            }
+        }
+        Ok::<bool, ScenarioError>(drift)
+    };
+    let outcome = session::guarded(work, interrupts, &gate).await;
+    servers.clean_abandoned_runs().await;
+    servers.shutdown().await;
+    match outcome {
+        Guarded::Finished(Ok(false)) => Ok(exit::OK),
+        Guarded::Finished(Ok(true)) => Ok(exit::DRIFT),
+        Guarded::Finished(Err(ScenarioError::Broken(reason))) => Err(Failure {
+            code: exit::DRIFT,
+            error: anyhow::anyhow!(reason),
+        }),
+        Guarded::Finished(Err(e)) => Err(Failure::environment(e)),
+        Guarded::Interrupted | Guarded::Quit => Ok(exit::INTERRUPTED),
+    }
+}

@@ -1,0 +1,29 @@
+//! One module per command. Each returns an exit code or a [`Failure`].
+
+mod check;
+mod doctor;
+mod list;
+mod run;
+
+use crate::cli::{Cli, Command};
+use crate::session::{Failure, Interrupts};
+
+/// Runs the command and turns any failure into one line on stderr and its exit code.
+pub async fn dispatch(cli: Cli) -> u8 {
+    let mut interrupts = Interrupts::listen();
+    let result = match &cli.command {
+        Command::List => list::list(&cli.global),
+        Command::Run { names } => run::run(&cli.global, names, &mut interrupts).await,
+        Command::Check { names, bless } => {
+            check::check(&cli.global, names, *bless, &mut interrupts).await
+        }
+        Command::Doctor => doctor::doctor(&cli.global).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure { code, error }) => {
+            eprintln!("lab: error: {error:#}");
+            code
+        }
+    }
+}

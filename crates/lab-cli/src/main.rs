@@ -1,0 +1,51 @@
+//! `lab`: the command-line front of the lab.
+//!
+//! This crate is thin on purpose: it parses flags ([`cli`]), starts the servers and watches for
+//! Ctrl-C ([`session`]), and hands scenarios to `lab-scenarios`. Errors become one line on
+//! stderr and a documented exit code ([`cli::exit`]).
+//!
+//! The runtime is built by hand rather than with `#[tokio::main]` so that it can be shut down
+//! without waiting for the thread that reads stdin in step mode (a blocked read would otherwise
+//! keep the process alive after the last scenario).
+
+mod cli;
+mod commands;
+mod session;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::cli::{Cli, exit};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are not errors; everything else clap rejects is exit 2.
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("lab: error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::ENVIRONMENT);
+        }
+    };
+    // The servers are started from this thread (inside block_on), which lives as long as the
+    // process: their parent-death signal is tied to it.
+    let code = runtime.block_on(commands::dispatch(cli));
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    ExitCode::from(code)
+}

@@ -1,0 +1,247 @@
+//! The command line as a user meets it: flags, exit codes, languages, colours, JSON, step mode.
+
+mod common;
+
+use std::io::Write;
+use std::process::Stdio;
+
+use common::{assert_code, lab, run, stderr, stdout};
+use serde_json::{Value, json};
+
+#[test]
+fn list_names_every_scenario_with_a_summary() {
+    let out = run(&["list", "--lang", "en"]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        text.contains("duplicate ") && text.contains("idempotent "),
+        "{text}"
+    );
+    assert!(!text.contains('⟦'), "a text is missing: {text}");
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_message() {
+    let out = run(&["run", "no-such-scenario"]);
+    assert_code(&out, 2);
+    assert!(
+        stderr(&out).contains("unknown scenario `no-such-scenario`"),
+        "{}",
+        stderr(&out)
+    );
+
+    assert_code(&run(&["run"]), 2);
+    assert_code(&run(&["--no-such-flag", "list"]), 2);
+    assert_code(&run(&["list", "--lang", "fr"]), 2);
+
+    let out = run(&["run", "duplicate", "--database-url", "mysql://localhost/x"]);
+    assert_code(&out, 2);
+    assert!(
+        stderr(&out).contains("invalid PostgreSQL URL"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let out = run(&["--help"]);
+    assert_code(&out, 0);
+    let help = stdout(&out);
+    for line in ["Exit codes:", "  0 ", "  1 ", "  2 ", "  3 ", "  130 "] {
+        assert!(help.contains(line), "--help lacks `{line}`:\n{help}");
+    }
+}
+
+/// The facts SCENARIOS.md requires, copied from it: the JSON contract of each scenario.
+fn contract(scenario: &str) -> Value {
+    match scenario {
+        "duplicate" => json!({
+            "reports_total": 2, "task_status": "completed", "task_attempts": 2,
+            "task_report_is_second": true
+        }),
+        "idempotent" => json!({
+            "reports_total": 1, "first_status": 201, "retry_status": 200, "retry_replayed": true,
+            "same_report_id": true, "task_status": "completed",
+            "per_attempt_key_reports_total": 2
+        }),
+        other => panic!("no contract for {other}"),
+    }
+}
+
+#[test]
+fn json_output_ends_with_the_summary_of_scenarios_md() {
+    for scenario in ["duplicate", "idempotent"] {
+        let out = run(&["run", scenario, "--format", "json"]);
+        assert_code(&out, 0);
+        let lines: Vec<Value> = stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+            .collect();
+        let summary = lines.last().expect("some output");
+        assert_eq!(summary["event"], "summary");
+        assert_eq!(summary["scenario"], scenario);
+        assert_eq!(summary["passed"], true);
+        for (name, value) in contract(scenario).as_object().unwrap() {
+            assert_eq!(&summary["facts"][name], value, "{scenario}: fact {name}");
+            assert_eq!(
+                &summary["expected"][name], value,
+                "{scenario}: expected {name}"
+            );
+        }
+        let keys: Vec<&String> = summary.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["event", "scenario", "facts", "expected", "passed"]);
+        assert!(lines.iter().any(|l| l["event"] == "predict"));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l["event"] == "response" && l["outcome"] == "ok")
+        );
+    }
+}
+
+#[test]
+fn both_languages_render_without_missing_texts() {
+    let en = stdout(&run(&["run", "all", "--lang", "en"]));
+    let ru = stdout(&run(&["run", "all", "--lang", "ru"]));
+    assert!(en.contains("Check your understanding"), "{en}");
+    assert!(ru.contains("Проверьте себя"), "{ru}");
+    for text in [&en, &ru] {
+        assert!(
+            !text.contains('⟦'),
+            "a text or argument is missing:\n{text}"
+        );
+    }
+    // LAB_LANG and LANG choose the default.
+    let by_env = stdout(&lab(&["list"]).env("LANG", "ru_RU.UTF-8").output().unwrap());
+    assert!(by_env.contains("отчёт"), "{by_env}");
+    let by_lab_lang = stdout(
+        &lab(&["list"])
+            .env("LANG", "ru_RU.UTF-8")
+            .env("LAB_LANG", "en")
+            .output()
+            .unwrap(),
+    );
+    assert!(by_lab_lang.contains("report"), "{by_lab_lang}");
+}
+
+#[test]
+fn colour_follows_flags_and_no_color() {
+    let escape = "\x1b[";
+    let always = stdout(&run(&["run", "duplicate", "--color", "always"]));
+    assert!(always.contains(escape), "--color always must colour");
+    let never = stdout(&run(&["run", "duplicate", "--color", "never"]));
+    assert!(!never.contains(escape));
+    // auto, not a terminal, NO_COLOR set: no escape codes anywhere.
+    let out = lab(&["run", "duplicate"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(!stdout(&out).contains(escape) && !stderr(&out).contains(escape));
+    assert_eq!(stdout(&out), never, "auto without a terminal is plain text");
+}
+
+#[test]
+fn step_mode_with_piped_enters_completes_and_says_the_same() {
+    let plain = stdout(&run(&["run", "duplicate", "--lang", "en"]));
+    let mut child = lab(&["run", "duplicate", "--lang", "en", "--step"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // What `yes '' | lab run duplicate --step` sends: more Enters than there are pauses.
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all("\n".repeat(500).as_bytes());
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_code(&out, 0);
+    assert_eq!(
+        stdout(&out),
+        plain,
+        "prompts go to stderr; the narrative is unchanged"
+    );
+    let prompts = stderr(&out).matches("Enter").count();
+    assert!(prompts >= 10, "step mode paused only {prompts} times");
+}
+
+#[test]
+fn step_mode_records_the_learners_prediction() {
+    let mut child = lab(&[
+        "run",
+        "duplicate",
+        "--lang",
+        "en",
+        "--step",
+        "--format",
+        "json",
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Six steps and one pause inside the report service, then the prediction: answer b.
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(b"\n\n\n\n\n\n\nb\n");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains(r#"{"event":"learner_answer","answer":"b"}"#),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn missing_server_programs_give_one_line_and_exit_3() {
+    let out = lab(&["run", "duplicate"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_code(&out, 3);
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("not found"), "{err}");
+    assert!(
+        err.contains("--database-url") && err.contains("docker compose up -d"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unreachable_server_is_an_environment_error() {
+    // Port 1 on loopback: nothing listens there.
+    let out = run(&[
+        "run",
+        "duplicate",
+        "--database-url",
+        "postgresql://postgres@127.0.0.1:1/x",
+    ]);
+    assert_code(&out, 3);
+    assert!(
+        stderr(&out).contains("cannot reach PostgreSQL"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn doctor_reports_what_would_be_used() {
+    let out = run(&["doctor"]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        text.contains("PostgreSQL") && text.contains("throwaway"),
+        "{text}"
+    );
+    assert!(text.contains("duplicate"), "{text}");
+
+    let out = lab(&["doctor"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_code(&out, 3);
+    assert!(stdout(&out).contains("MISSING"), "{}", stdout(&out));
+}

@@ -1,0 +1,125 @@
+//! Helpers shared by the CLI's integration tests: run the real `lab` binary with a clean
+//! environment (no URLs, language or colour settings leaking in from the developer's shell).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `lab` binary built for these tests.
+pub fn lab_path() -> &'static str {
+    env!("CARGO_BIN_EXE_lab")
+}
+
+/// A `lab` command with an environment that cannot change its output.
+pub fn lab(args: &[&str]) -> Command {
+    let mut command = Command::new(lab_path());
+    command.args(args);
+    for var in [
+        "DATABASE_URL",
+        "REDIS_URL",
+        "LAB_LANG",
+        "LANG",
+        "LC_ALL",
+        "LC_MESSAGES",
+        "NO_COLOR",
+        "CLICOLOR",
+        "CLICOLOR_FORCE",
+        "LAB_SCENARIOS_DIR",
+        "LAB_PG_BINDIR",
+    ] {
+        command.env_remove(var);
+    }
+    command
+}
+
+/// Runs `lab` and returns its output.
+pub fn run(args: &[&str]) -> Output {
+    lab(args).output().expect("lab runs")
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts the exit code, showing both streams when it differs.
+#[track_caller]
+pub fn assert_code(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "expected exit {code}\n--- stdout\n{}\n--- stderr\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+/// The repository's `scenarios/` directory.
+pub fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
+}
+
+/// Copies a directory tree (for tests that edit expected files).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A temporary directory the `postgres` user can enter (lab runs PostgreSQL as that user when
+/// the tests run as root), to use as `TMPDIR` for a `lab` call.
+pub fn shared_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// Processes whose working directory is inside `dir` (throwaway PostgreSQL and Redis both run
+/// with their data directory as working directory).
+pub fn processes_in(dir: &Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| {
+            let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
+            cwd.starts_with(&dir).then(|| {
+                let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                format!(
+                    "{} {}",
+                    e.file_name().to_string_lossy(),
+                    String::from_utf8_lossy(&cmdline).replace('\0', " ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// Entries left in a directory.
+pub fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}

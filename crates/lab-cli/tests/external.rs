@@ -1,0 +1,98 @@
+//! The external-URL path against the servers already running on this machine
+//! (127.0.0.1:5432 and 127.0.0.1:6379). Runs only with `LAB_TEST_EXTERNAL=1`: a developer's
+//! machine may not have them. `.ci/run` sets it.
+
+mod common;
+
+use common::{assert_code, lab, stdout};
+use sqlx::Connection;
+
+const DATABASE_URL: &str = "postgresql+psycopg://postgres@127.0.0.1:5432/test";
+const REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+fn enabled() -> bool {
+    std::env::var("LAB_TEST_EXTERNAL").is_ok_and(|v| v == "1")
+}
+
+/// Our run schemas and keys on the shared server, to compare before and after.
+async fn lab_traces() -> (Vec<String>, Vec<String>) {
+    let mut pg = sqlx::PgConnection::connect("postgresql://postgres@127.0.0.1:5432/test")
+        .await
+        .unwrap();
+    let schemas: Vec<String> = sqlx::query_scalar(
+        "SELECT schema_name::text FROM information_schema.schemata
+          WHERE schema_name ~ '^lab_[0-9a-f]{8}$' ORDER BY 1",
+    )
+    .fetch_all(&mut pg)
+    .await
+    .unwrap();
+    let client = redis::Client::open(REDIS_URL).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("lab:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort();
+    (schemas, keys)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_on_given_servers_and_leaves_nothing_behind() {
+    if !enabled() {
+        eprintln!("skipped: set LAB_TEST_EXTERNAL=1 to use the servers on 127.0.0.1");
+        return;
+    }
+    let before = lab_traces().await;
+    let out = tokio::task::spawn_blocking(|| {
+        lab(&["run", "all", "--format", "json"])
+            .env("DATABASE_URL", DATABASE_URL)
+            .env("REDIS_URL", REDIS_URL)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_code(&out, 0);
+    let last: serde_json::Value =
+        serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    assert_eq!(last["passed"], true);
+    assert_eq!(
+        lab_traces().await,
+        before,
+        "a run schema or key was left behind"
+    );
+
+    // The same with --keep: the schema stays, and lab says how to look at it.
+    let out = tokio::task::spawn_blocking(|| {
+        lab(&["run", "duplicate", "--keep"])
+            .env("DATABASE_URL", DATABASE_URL)
+            .env("REDIS_URL", REDIS_URL)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_code(&out, 0);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let schema = err
+        .split_whitespace()
+        .find(|w| w.starts_with("lab_"))
+        .unwrap_or_else(|| panic!("no kept schema named: {err}"))
+        .to_string();
+    assert!(err.contains("psql '"), "{err}");
+    let mut pg = sqlx::PgConnection::connect("postgresql://postgres@127.0.0.1:5432/test")
+        .await
+        .unwrap();
+    let reports: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {schema}.reports"
+    )))
+    .fetch_one(&mut pg)
+    .await
+    .unwrap();
+    assert_eq!(reports, 2, "the kept schema holds the run's reports");
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+        .execute(&mut pg)
+        .await
+        .unwrap();
+}

@@ -1,0 +1,181 @@
+//! What a run leaves behind: nothing. Ctrl-C, `q` in step mode, two runs at once on one server,
+//! and the same narrative every time.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::Stdio;
+
+use common::{assert_code, entries, lab, processes_in, run, shared_tempdir, stderr, stdout};
+use lab_infra::{Needs, ServerOptions, Servers};
+
+#[test]
+fn two_runs_tell_the_same_story_byte_for_byte() {
+    for lang in ["en", "ru"] {
+        let first = run(&["run", "all", "--lang", lang]);
+        let second = run(&["run", "all", "--lang", lang]);
+        assert_code(&first, 0);
+        assert_code(&second, 0);
+        assert_eq!(stdout(&first), stdout(&second), "{lang} narratives differ");
+    }
+}
+
+#[test]
+fn ctrl_c_mid_run_leaves_no_server_and_no_temp_dir() {
+    let tmp = shared_tempdir();
+    let mut child = lab(&["run", "all", "--step", "--lang", "en", "--color", "never"])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Keep stdin open and silent: lab waits at the first pause, mid-run, servers up.
+    let _stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains(" 1. ") {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "lab ended early: {seen}"
+        );
+        seen.push_str(&line);
+    }
+    // The state line after step 1 is printed before the pause; now the servers run.
+    assert!(
+        entries(tmp.path()).iter().any(|e| e.starts_with("lab-pg-")),
+        "no throwaway PostgreSQL dir in {:?}",
+        entries(tmp.path())
+    );
+    assert!(
+        !processes_in(tmp.path()).is_empty(),
+        "no server process found"
+    );
+
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    let _ = out.read_to_string(&mut rest);
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    assert_eq!(status.code(), Some(130), "stderr: {err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert_eq!(
+        processes_in(tmp.path()),
+        Vec::<String>::new(),
+        "servers left running"
+    );
+    assert_eq!(
+        entries(tmp.path()),
+        Vec::<String>::new(),
+        "temp dirs left behind"
+    );
+}
+
+#[test]
+fn quitting_step_mode_cleans_up() {
+    let tmp = shared_tempdir();
+    let mut child = lab(&["run", "duplicate", "--step"])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"\n\nq\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_code(&out, 0);
+    assert!(stderr(&out).contains("stopped"), "{}", stderr(&out));
+    assert!(stdout(&out).contains(" 3. ") && !stdout(&out).contains(" 4. "));
+    assert_eq!(processes_in(tmp.path()), Vec::<String>::new());
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+}
+
+/// Two `lab run all` at once on one PostgreSQL and one Redis: both pass, tell the same story,
+/// and leave the server as they found it, including data that looks like theirs but is not.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_runs_at_once_on_one_server_are_isolated() {
+    let servers = Servers::start(&ServerOptions::default(), Needs::BOTH)
+        .await
+        .unwrap();
+    let pg = servers.postgres.as_ref().unwrap();
+    let redis = servers.redis.as_ref().unwrap();
+    let admin = &pg.admin;
+    // Someone else's data, including a schema whose name starts like ours.
+    for sql in [
+        "CREATE TABLE public.someone_elses (id int)",
+        "INSERT INTO public.someone_elses VALUES (1)",
+        "CREATE SCHEMA lab_notarun",
+        "CREATE TABLE lab_notarun.reports (id int)",
+    ] {
+        sqlx::query(sql).execute(admin).await.unwrap();
+    }
+    let mut conn = redis.conn.clone();
+    redis::cmd("SET")
+        .arg("someone:else")
+        .arg("1")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    redis::cmd("SET")
+        .arg("lab:notarun:key")
+        .arg("1")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+
+    let args = [
+        "run",
+        "all",
+        "--lang",
+        "en",
+        "--database-url",
+        &pg.url,
+        "--redis-url",
+        &redis.url,
+    ];
+    let first = lab(&args).stdout(Stdio::piped()).spawn().unwrap();
+    let second = lab(&args).stdout(Stdio::piped()).spawn().unwrap();
+    let (first, second) = tokio::task::spawn_blocking(move || {
+        (
+            first.wait_with_output().unwrap(),
+            second.wait_with_output().unwrap(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_code(&first, 0);
+    assert_code(&second, 0);
+    assert_eq!(stdout(&first), stdout(&second));
+
+    let run_schemas: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.schemata WHERE schema_name ~ '^lab_[0-9a-f]{8}$'",
+    )
+    .fetch_one(admin)
+    .await
+    .unwrap();
+    assert_eq!(run_schemas, 0, "a run schema was left behind");
+    let theirs: i64 = sqlx::query_scalar("SELECT count(*) FROM public.someone_elses")
+        .fetch_one(admin)
+        .await
+        .unwrap();
+    assert_eq!(theirs, 1);
+    sqlx::query("SELECT * FROM lab_notarun.reports")
+        .execute(admin)
+        .await
+        .expect("a schema that is not a run's is untouched");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(keys, ["lab:notarun:key", "someone:else"]);
+    servers.shutdown().await;
+}

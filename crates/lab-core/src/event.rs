@@ -1,0 +1,89 @@
+//! The events a scenario emits. They carry message keys, not sentences, so one recorded run
+//! renders in every language.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::{Facts, Msg};
+
+/// What the caller of a network operation saw. Three words, never more: a timeout is `Unknown`,
+/// not a failure, because the caller cannot tell whether the effect happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The caller got a success answer.
+    Ok,
+    /// The caller got a definite error answer (a 4xx/5xx, a refused connection).
+    Fail,
+    /// No answer: a timeout or a dropped connection. The effect may or may not have happened.
+    Unknown,
+}
+
+impl Outcome {
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Fail => "fail",
+            Outcome::Unknown => "unknown",
+        }
+    }
+}
+
+/// A snapshot of the rows or keys that matter at a moment of the story.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// What is shown, e.g. "table tasks".
+    pub title: Msg,
+    /// Column names as they are in the database (not translated: learners type them in psql).
+    pub columns: Vec<String>,
+    /// Cell values already formatted; `NULL` for SQL nulls.
+    pub rows: Vec<Vec<String>>,
+}
+
+/// One thing that happened in a scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A scenario begins: its title and story come from its catalogue.
+    Start { scenario: String },
+    /// A heading for one side of a two-sided scenario (the broken design, the fixed one).
+    Side { text: Msg },
+    /// A step of the story. Step mode pauses after each.
+    Step { number: u32, text: Msg },
+    /// A network call is sent by one of our actors. Events inside the service that handles it
+    /// follow, then its [`Event::Response`].
+    Request { text: Msg },
+    /// What the caller of the last request saw.
+    Response {
+        outcome: Outcome,
+        status: Option<u16>,
+        /// The response body as received (JSON), if any.
+        body: Option<String>,
+        /// Why the outcome is what it is, when there was no response (timeout, reset).
+        detail: Option<Msg>,
+    },
+    /// Something that happened inside a bundled service. Step mode pauses here too.
+    Service { service: String, text: Msg },
+    /// The rows or keys that matter, read from the real servers.
+    State { table: Table },
+    /// A remark in the story.
+    Note { text: Msg },
+    /// A question asked before the decisive step; `prefix.question` and `prefix.options`.
+    Predict { prefix: String },
+    /// What the learner typed in step mode in answer to a prediction.
+    LearnerAnswer { answer: String },
+    /// The answer to the prediction, with measured values. Step mode pauses before it.
+    Reveal { answer: Msg },
+    /// A measured fact, read from real state.
+    Fact { name: String, value: Value },
+    /// Why it happened: the `explain` text of the scenario.
+    Explain,
+    /// "Check your understanding": the `quiz` list of the scenario.
+    Quiz,
+    /// The last event of a scenario: every fact, what was expected, and whether they agree.
+    Summary {
+        scenario: String,
+        facts: Facts,
+        expected: Facts,
+        passed: bool,
+    },
+}

@@ -1,0 +1,198 @@
+//! The narrator: the one handle through which a scenario (and the services it starts) tells
+//! what happens.
+//!
+//! Every event goes to the sink (the live renderer) at once, so the learner sees each step as it
+//! happens, and is recorded, so `lab check` can render the whole run again in both languages.
+//! The step methods are `async` because in step mode they wait at the [`Gate`].
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::gate::Pause;
+use crate::{Event, Facts, Gate, Msg, Outcome, Quit, Table, facts};
+
+/// Where events go as they happen: a renderer writing to stdout, usually.
+pub trait Sink: Send {
+    fn emit(&mut self, event: &Event);
+}
+
+/// A sink shared by every scenario of one `lab` call.
+pub type SharedSink = Arc<Mutex<dyn Sink>>;
+
+/// The narrator of one scenario run. Cheap to clone: services get a clone.
+#[derive(Clone)]
+pub struct Narrator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    sink: Option<SharedSink>,
+    gate: Gate,
+    events: Mutex<Vec<Event>>,
+    /// Step numbers count from 1 in each scenario.
+    steps: AtomicU32,
+    facts: Mutex<Facts>,
+}
+
+/// A call's result, as the narrator shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallView {
+    pub outcome: Outcome,
+    pub status: Option<u16>,
+    pub body: Option<String>,
+    pub detail: Option<Msg>,
+}
+
+impl Narrator {
+    /// A narrator that renders into `sink` (if any) and pauses at `gate`.
+    pub fn new(sink: Option<SharedSink>, gate: Gate) -> Narrator {
+        Narrator {
+            inner: Arc::new(Inner {
+                sink,
+                gate,
+                events: Mutex::new(Vec::new()),
+                steps: AtomicU32::new(0),
+                facts: Mutex::new(Facts::new()),
+            }),
+        }
+    }
+
+    /// A narrator that only records (tests, `lab check`).
+    pub fn recording() -> Narrator {
+        Narrator::new(None, Gate::default())
+    }
+
+    pub fn gate(&self) -> &Gate {
+        &self.inner.gate
+    }
+
+    /// Sends an event to the sink and records it.
+    pub fn emit(&self, event: Event) {
+        if let Some(sink) = &self.inner.sink {
+            sink.lock().unwrap().emit(&event);
+        }
+        self.inner.events.lock().unwrap().push(event);
+    }
+
+    pub fn start(&self, scenario: &str) {
+        self.emit(Event::Start {
+            scenario: scenario.to_string(),
+        });
+    }
+
+    /// A heading for one side of a two-sided scenario.
+    pub fn side(&self, text: impl Into<Msg>) {
+        self.emit(Event::Side { text: text.into() });
+    }
+
+    /// The next numbered step; in step mode, waits for Enter afterwards.
+    pub async fn step(&self, text: impl Into<Msg>) -> Result<(), Quit> {
+        let number = self.inner.steps.fetch_add(1, Ordering::SeqCst) + 1;
+        self.emit(Event::Step {
+            number,
+            text: text.into(),
+        });
+        self.inner.gate.pause(Pause::Step).await.map(drop)
+    }
+
+    /// A network call is being sent.
+    pub fn request(&self, text: impl Into<Msg>) {
+        self.emit(Event::Request { text: text.into() });
+    }
+
+    /// What the caller of the last request saw.
+    pub fn response(&self, view: CallView) {
+        self.emit(Event::Response {
+            outcome: view.outcome,
+            status: view.status,
+            body: view.body,
+            detail: view.detail,
+        });
+    }
+
+    /// Something inside a bundled service; in step mode, a pause. A quit here cannot reach the
+    /// scenario through a request handler, so it is left to [`Gate::quit_requested`].
+    pub async fn service(&self, service: &str, text: impl Into<Msg>) {
+        self.emit(Event::Service {
+            service: service.to_string(),
+            text: text.into(),
+        });
+        let _ = self.inner.gate.pause(Pause::Service).await;
+    }
+
+    pub fn state(&self, table: Table) {
+        self.emit(Event::State { table });
+    }
+
+    pub fn note(&self, text: impl Into<Msg>) {
+        self.emit(Event::Note { text: text.into() });
+    }
+
+    /// Asks the prediction question `prefix.question`; in step mode the learner may type an
+    /// answer before going on.
+    pub async fn predict(&self, prefix: &str) -> Result<(), Quit> {
+        self.emit(Event::Predict {
+            prefix: prefix.to_string(),
+        });
+        let answer = self.inner.gate.pause(Pause::Predict).await?;
+        if !answer.is_empty() {
+            self.emit(Event::LearnerAnswer { answer });
+        }
+        Ok(())
+    }
+
+    /// Reveals the answer (built from measured values); step mode pauses first.
+    pub async fn reveal(&self, answer: impl Into<Msg>) -> Result<(), Quit> {
+        self.inner.gate.pause(Pause::Reveal).await?;
+        self.emit(Event::Reveal {
+            answer: answer.into(),
+        });
+        Ok(())
+    }
+
+    /// Records a measured fact. Facts come from real state, never from the script.
+    pub fn fact(&self, name: &str, value: impl Into<Value>) {
+        let value = value.into();
+        self.inner
+            .facts
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), value.clone());
+        self.emit(Event::Fact {
+            name: name.to_string(),
+            value,
+        });
+    }
+
+    pub fn explain(&self) {
+        self.emit(Event::Explain);
+    }
+
+    pub fn quiz(&self) {
+        self.emit(Event::Quiz);
+    }
+
+    /// Ends the scenario: compares the facts with `expected` and emits the summary.
+    pub fn summary(&self, scenario: &str, expected: &Facts) -> bool {
+        let facts = self.facts();
+        let passed = facts::all_ok(&facts, expected);
+        self.emit(Event::Summary {
+            scenario: scenario.to_string(),
+            facts,
+            expected: expected.clone(),
+            passed,
+        });
+        passed
+    }
+
+    pub fn facts(&self) -> Facts {
+        self.inner.facts.lock().unwrap().clone()
+    }
+
+    /// Everything emitted so far, in order.
+    pub fn events(&self) -> Vec<Event> {
+        self.inner.events.lock().unwrap().clone()
+    }
+}

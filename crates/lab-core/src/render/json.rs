@@ -1,0 +1,108 @@
+//! JSON lines: one object per event, texts rendered in the chosen language. The last line of a
+//! scenario is its summary, `{"event":"summary","scenario":…,"facts":…,"expected":…,"passed":…}`
+//! (the machine-readable contract of SCENARIOS.md).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::text::COMMON;
+use crate::{Event, Lang, Msg, Texts};
+
+/// Renders events as JSON lines.
+pub struct JsonRenderer {
+    texts: Arc<Texts>,
+    lang: Lang,
+    scope: String,
+}
+
+impl JsonRenderer {
+    pub fn new(texts: Arc<Texts>, lang: Lang) -> JsonRenderer {
+        JsonRenderer {
+            texts,
+            lang,
+            scope: COMMON.to_string(),
+        }
+    }
+
+    fn t(&self, msg: &Msg) -> String {
+        self.texts.render(&self.scope, self.lang, msg)
+    }
+
+    fn key(&self, key: &str) -> String {
+        self.t(&Msg::new(key))
+    }
+
+    /// The JSON object of one event.
+    pub fn value(&mut self, event: &Event) -> Value {
+        match event {
+            Event::Start { scenario } => {
+                self.scope = scenario.clone();
+                json!({"event": "start", "scenario": scenario, "title": self.key("title"), "story": self.key("story")})
+            }
+            Event::Side { text } => json!({"event": "side", "text": self.t(text)}),
+            Event::Step { number, text } => {
+                json!({"event": "step", "n": number, "text": self.t(text)})
+            }
+            Event::Request { text } => json!({"event": "request", "text": self.t(text)}),
+            Event::Response {
+                outcome,
+                status,
+                body,
+                detail,
+            } => {
+                // A JSON body is embedded as JSON; anything else as a string.
+                let body = body
+                    .as_ref()
+                    .map(|b| serde_json::from_str::<Value>(b).unwrap_or_else(|_| json!(b)));
+                json!({
+                    "event": "response",
+                    "outcome": outcome,
+                    "status": status,
+                    "body": body,
+                    "detail": detail.as_ref().map(|d| self.t(d)),
+                })
+            }
+            Event::Service { service, text } => {
+                json!({"event": "service", "service": service, "text": self.t(text)})
+            }
+            Event::State { table } => json!({
+                "event": "state",
+                "title": self.t(&table.title),
+                "columns": table.columns,
+                "rows": table.rows,
+            }),
+            Event::Note { text } => json!({"event": "note", "text": self.t(text)}),
+            Event::Predict { prefix } => json!({
+                "event": "predict",
+                "question": self.key(&format!("{prefix}.question")),
+                "options": self.texts.list(&self.scope, self.lang, &format!("{prefix}.options")),
+            }),
+            Event::LearnerAnswer { answer } => json!({"event": "learner_answer", "answer": answer}),
+            Event::Reveal { answer } => json!({"event": "reveal", "answer": self.t(answer)}),
+            Event::Fact { name, value } => json!({"event": "fact", "name": name, "value": value}),
+            Event::Explain => json!({"event": "explain", "text": self.key("explain")}),
+            Event::Quiz => json!({
+                "event": "quiz",
+                "questions": self.texts.list(&self.scope, self.lang, "quiz"),
+            }),
+            Event::Summary {
+                scenario,
+                facts,
+                expected,
+                passed,
+            } => json!({
+                "event": "summary",
+                "scenario": scenario,
+                "facts": facts,
+                "expected": expected,
+                "passed": passed,
+            }),
+        }
+    }
+
+    /// One event as one line.
+    pub fn render(&mut self, event: &Event) -> String {
+        format!("{}\n", self.value(event))
+    }
+}

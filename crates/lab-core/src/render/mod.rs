@@ -1,0 +1,49 @@
+//! Renderers: the same event stream as coloured text or as JSON lines.
+
+mod json;
+mod text;
+
+pub use json::JsonRenderer;
+pub use text::{TextRenderer, render_text};
+
+use std::io::Write;
+
+use crate::Event;
+use crate::narrator::Sink;
+
+/// A renderer of either kind.
+pub enum Renderer {
+    Text(TextRenderer),
+    Json(JsonRenderer),
+}
+
+impl Renderer {
+    pub fn render(&mut self, event: &Event) -> String {
+        match self {
+            Renderer::Text(r) => r.render(event),
+            Renderer::Json(r) => r.render(event),
+        }
+    }
+}
+
+/// A [`Sink`] that renders each event and writes it out at once (flushing, so a learner in step
+/// mode sees the step before the pause).
+pub struct WriteSink<W: Write + Send> {
+    renderer: Renderer,
+    out: W,
+}
+
+impl<W: Write + Send> WriteSink<W> {
+    pub fn new(renderer: Renderer, out: W) -> Self {
+        WriteSink { renderer, out }
+    }
+}
+
+impl<W: Write + Send> Sink for WriteSink<W> {
+    fn emit(&mut self, event: &Event) {
+        let text = self.renderer.render(event);
+        // A closed stdout (`lab run all | head`) must not panic the run; cleanup still happens.
+        let _ = self.out.write_all(text.as_bytes());
+        let _ = self.out.flush();
+    }
+}

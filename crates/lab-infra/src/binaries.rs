@@ -1,0 +1,85 @@
+//! Finding the server programs.
+//!
+//! `redis-server` is looked up on `PATH`. PostgreSQL's `initdb` and `postgres` are looked up on
+//! `PATH` first; Debian and Ubuntu keep them out of `PATH` (in `/usr/lib/postgresql/<version>/bin`)
+//! and put wrappers such as `pg_config` or `pg_ctlcluster` there instead, so when one of those is
+//! on `PATH` the lab asks it (or looks in that directory). `LAB_PG_BINDIR` overrides the search.
+//! Everything is found through `PATH` or that variable: with the programs hidden from `PATH`, the
+//! lab says what is missing instead of reaching around it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where PostgreSQL's server programs are.
+#[derive(Debug, Clone)]
+pub struct PgBinaries {
+    pub initdb: PathBuf,
+    pub postgres: PathBuf,
+}
+
+/// Looks up a program on `PATH`.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+fn in_dir(dir: &Path) -> Option<PgBinaries> {
+    let bins = PgBinaries {
+        initdb: dir.join("initdb"),
+        postgres: dir.join("postgres"),
+    };
+    (is_executable(&bins.initdb) && is_executable(&bins.postgres)).then_some(bins)
+}
+
+/// Finds `initdb` and `postgres`, or `None`.
+pub fn find_postgres() -> Option<PgBinaries> {
+    if let Some(dir) = std::env::var_os("LAB_PG_BINDIR") {
+        return in_dir(Path::new(&dir));
+    }
+    if let (Some(initdb), Some(postgres)) = (on_path("initdb"), on_path("postgres")) {
+        return Some(PgBinaries { initdb, postgres });
+    }
+    if let Some(pg_config) = on_path("pg_config")
+        && let Ok(out) = Command::new(pg_config).arg("--bindir").output()
+        && out.status.success()
+        && let Some(found) = in_dir(Path::new(String::from_utf8_lossy(&out.stdout).trim()))
+    {
+        return Some(found);
+    }
+    // Debian's postgresql-common puts pg_ctlcluster on PATH and the servers in versioned dirs.
+    if on_path("pg_ctlcluster").is_some() {
+        let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let version = e.file_name().to_str()?.parse().ok()?;
+                Some((version, e.path().join("bin")))
+            })
+            .collect();
+        versions.sort();
+        return versions.into_iter().rev().find_map(|(_, dir)| in_dir(&dir));
+    }
+    None
+}
+
+/// Finds `redis-server`, or `None`.
+pub fn find_redis() -> Option<PathBuf> {
+    on_path("redis-server")
+}
+
+/// The first line a program prints for `--version`, for `lab doctor`.
+pub fn version_of(program: &Path) -> Option<String> {
+    let out = Command::new(program).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().next().map(|l| l.trim().to_string())
+}

@@ -1,0 +1,65 @@
+//! PostgreSQL and Redis for the lab: the learner's own servers, or throwaway ones.
+//!
+//! A learner at home should type one command and see real databases at work, with nothing to
+//! set up. So when no URL is given, the lab starts its own PostgreSQL (`initdb` in a temporary
+//! directory, a free loopback port, as the `postgres` user when running as root) and its own
+//! Redis (`redis-server` without persistence), once per `lab` call, and removes both at the end
+//! — on success, on failure, on panic (through `Drop`) and on Ctrl-C (the CLI cancels the run
+//! and drops [`Servers`]).
+//!
+//! Every scenario run then gets a [`RunSpace`]: a run id, its own schema `lab_<run>` holding the
+//! tables of `schema.sql`, and its own Redis key prefix `lab:<run>:`. Nothing outside them is
+//! ever created, dropped or deleted, so runs can share a server with each other and with
+//! anyone else's data.
+//!
+//! # Layout
+//!
+//! - [`binaries`]: finding `initdb`, `postgres` and `redis-server`.
+//! - [`process`]: a child server process that is stopped and reaped when dropped.
+//! - [`postgres`] and [`redis_server`]: starting the throwaway servers.
+//! - [`servers`]: the servers of one `lab` call, given or throwaway.
+//! - [`space`]: the per-run schema and key prefix.
+//! - [`url`]: accepting the URL forms learners are told to export.
+
+pub mod binaries;
+pub mod postgres;
+pub mod process;
+pub mod redis_server;
+pub mod servers;
+pub mod space;
+pub mod url;
+
+pub use servers::{Needs, Origin, ServerOptions, Servers};
+pub use space::RunSpace;
+
+/// Why the lab's servers are not available. Each message is one line that says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum InfraError {
+    #[error(
+        "{missing} not found. Install them (Debian/Ubuntu: `apt-get install postgresql redis-server`), \
+         or pass --database-url/--redis-url to servers you run, or run `docker compose up -d` and use \
+         the URLs from the README"
+    )]
+    Missing { missing: String },
+    #[error("could not start a throwaway {server}: {reason}")]
+    Start {
+        server: &'static str,
+        reason: String,
+    },
+    #[error("cannot reach {server} at {url}: {reason}")]
+    Unreachable {
+        server: &'static str,
+        url: String,
+        reason: String,
+    },
+    #[error("invalid {server} URL `{url}`: {reason}")]
+    BadUrl {
+        server: &'static str,
+        url: String,
+        reason: String,
+    },
+    #[error("PostgreSQL error: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("Redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+}

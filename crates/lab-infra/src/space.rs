@@ -1,0 +1,153 @@
+//! The space of one scenario run: schema `lab_<run>` and key prefix `lab:<run>:`.
+//!
+//! Every run creates its own schema (with the tables of `schema.sql`) and uses only keys under
+//! its own prefix. Its pool sets `search_path` to that schema on every connection, so the SQL of
+//! the services and scenarios names tables without a schema and still cannot reach anyone else's.
+//! Releasing a run drops exactly that schema and deletes exactly those keys.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::{InfraError, Servers};
+
+/// A run's schema, key prefix and connections.
+pub struct RunSpace {
+    /// Eight hex digits, fresh for every run.
+    pub run_id: String,
+    /// `lab_<run>`.
+    pub schema: String,
+    /// `lab:<run>:`: every Redis key of the run starts with it.
+    pub prefix: String,
+    /// Connections whose `search_path` is the run's schema.
+    pub pg: Option<PgPool>,
+    pub redis: Option<MultiplexedConnection>,
+    /// The URL of the run's PostgreSQL with the schema in `options`, for psql.
+    pub pg_url: Option<String>,
+    pub redis_url: Option<String>,
+}
+
+/// A run id is only ever eight hex digits: nothing else can be turned into a schema name.
+fn valid_run_id(run: &str) -> bool {
+    run.len() == 8
+        && run
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+impl RunSpace {
+    /// Creates the schema, its tables (`schema_sql`, run with the schema as `search_path`) and
+    /// the connections of a new run.
+    pub async fn create(
+        servers: &Servers,
+        schema_sql: &'static str,
+    ) -> Result<RunSpace, InfraError> {
+        let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+        let schema = format!("lab_{run_id}");
+        let prefix = format!("lab:{run_id}:");
+        servers.live_runs.lock().unwrap().insert(run_id.clone());
+
+        let (pg, pg_url) = match &servers.postgres {
+            Some(server) => {
+                sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+                    .execute(&server.admin)
+                    .await?;
+                let options: PgConnectOptions = server.url.parse()?;
+                let pool = PgPoolOptions::new()
+                    // Enough for the concurrent scenarios: two requests, a worker, a reader.
+                    .max_connections(8)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_with(options.options([("search_path", schema.as_str())]))
+                    .await?;
+                sqlx::raw_sql(schema_sql).execute(&pool).await?;
+                let url = format!("{}?options=-csearch_path%3D{schema}", server.url);
+                (Some(pool), Some(url))
+            }
+            None => (None, None),
+        };
+        let (redis, redis_url) = match &servers.redis {
+            Some(server) => (Some(server.conn.clone()), Some(server.url.clone())),
+            None => (None, None),
+        };
+        Ok(RunSpace {
+            run_id,
+            schema,
+            prefix,
+            pg,
+            redis,
+            pg_url,
+            redis_url,
+        })
+    }
+
+    /// A Redis key of this run.
+    pub fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// Ends the run: drops its schema and keys, unless `keep` (for inspection).
+    pub async fn release(self, servers: &Servers, keep: bool) -> Result<(), InfraError> {
+        if let Some(pool) = &self.pg {
+            // Close the run's connections first: DROP SCHEMA would wait for their locks.
+            pool.close().await;
+        }
+        servers.live_runs.lock().unwrap().remove(&self.run_id);
+        if keep {
+            return Ok(());
+        }
+        drop_run(servers, &self.run_id).await
+    }
+}
+
+/// Drops `lab_<run>` and deletes the keys under `lab:<run>:`, and nothing else.
+pub(crate) async fn drop_run(servers: &Servers, run: &str) -> Result<(), InfraError> {
+    assert!(valid_run_id(run), "not a run id: {run}");
+    if let Some(server) = &servers.postgres {
+        sqlx::query(AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS lab_{run} CASCADE"
+        )))
+        .execute(&server.admin)
+        .await?;
+    }
+    if let Some(server) = &servers.redis {
+        let mut conn = server.conn.clone();
+        let pattern = format!("lab:{run}:*");
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                redis::cmd("DEL")
+                    .arg(&keys)
+                    .query_async::<()>(&mut conn)
+                    .await?;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_run_id;
+
+    #[test]
+    fn only_eight_lowercase_hex_digits_are_run_ids() {
+        assert!(valid_run_id("0a1b2c3d"));
+        assert!(!valid_run_id("0A1B2C3D"));
+        assert!(!valid_run_id("x; DROP"));
+        assert!(!valid_run_id("0a1b2c3d4"));
+    }
+}

@@ -1,0 +1,74 @@
+//! `duplicate`: a worker crash duplicates a report.
+//!
+//! Worker A claims task 42 and POSTs to the report service without an Idempotency-Key; the
+//! service creates report 1, but worker A crashes before `complete_task`. The lease expires,
+//! worker B claims the task (attempts = 2) and POSTs again: the service cannot tell it is the
+//! same operation and creates report 2. The lease recovered the task; nothing protected the
+//! external effect.
+//!
+//! Facts: `reports_total` = 2, `task_status` = "completed", `task_attempts` = 2,
+//! `task_report_is_second` = true.
+
+use lab_core::Msg;
+use lab_infra::Needs;
+use lab_services::tasks;
+
+use super::{
+    REPORT_TYPE, TASK_ID, count_reports, crash_after_post, post_report, show_reports, show_task,
+    start_report_service, worker_client,
+};
+use crate::{Ctx, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+
+pub const SCENARIO: Scenario = Scenario {
+    name: "duplicate",
+    lesson: "A",
+    needs: Needs {
+        postgres: true,
+        redis: false,
+    },
+    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+};
+
+async fn run(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+    let api = start_report_service(ctx).await?;
+    let (first, attempts_b) = crash_after_post(ctx, &api, None).await?;
+    let first_id = first
+        .created
+        .ok_or_else(|| ScenarioError::Broken("worker A's POST created no report".into()))?
+        .report_id;
+
+    n.predict("predict").await?;
+    n.step("step.post_b").await?;
+    let client = worker_client(None)?;
+    let second = post_report(ctx, &client, &api, "b", None, REPORT_TYPE).await?;
+    let second_id = second
+        .created
+        .ok_or_else(|| ScenarioError::Broken("worker B's POST created no report".into()))?
+        .report_id;
+
+    let completed = tasks::complete_task(ctx.pg(), TASK_ID, attempts_b, second_id, true).await?;
+    n.step(Msg::new("step.complete_b").arg("done", completed.to_string()))
+        .await?;
+    let task = show_task(ctx).await?;
+    show_reports(ctx).await?;
+
+    let reports = count_reports(ctx).await?;
+    n.fact("reports_total", reports);
+    n.fact("task_status", task.status.clone());
+    n.fact("task_attempts", task.attempts);
+    n.fact(
+        "task_report_is_second",
+        task.report_id == Some(second_id) && second_id != first_id,
+    );
+    n.reveal(
+        Msg::new("reveal")
+            .arg("reports", reports)
+            .arg("report_id", task.report_id.unwrap_or_default())
+            .arg("orphan", first_id),
+    )
+    .await?;
+    n.explain();
+    n.quiz();
+    Ok(())
+}

@@ -1,0 +1,246 @@
+//! Lesson A: a background task and an external report API, on PostgreSQL.
+//!
+//! Our side is the `tasks` table with `claim_task` / `complete_task`
+//! (`lab_services::tasks`); the other side is the report service (`lab_services::reports`), a
+//! real HTTP server on 127.0.0.1 with its own `reports` table. The helpers here are what every
+//! scenario of the lesson does: start the service, have a worker POST to it, and show the rows.
+
+pub mod duplicate;
+pub mod idempotent;
+
+use std::time::Duration;
+
+use lab_core::{Msg, Outcome, Table, narrator::CallView};
+use lab_services::RunningService;
+use lab_services::reports::{self, ReportCreated, ReportService};
+use lab_services::tasks;
+
+use crate::{Ctx, ScenarioError};
+
+/// The lesson's task.
+pub const TASK_ID: i64 = 42;
+/// The lesson's report type.
+pub const REPORT_TYPE: &str = "monthly";
+/// The stable key: one per logical operation, whatever the attempt.
+pub const STABLE_KEY: &str = "report-task-42";
+
+/// The report service of a run, serving on a loopback port.
+pub struct ReportApi {
+    pub service: RunningService,
+    pub url: String,
+}
+
+/// Starts the report service on the run's schema; it narrates from inside.
+pub async fn start_report_service(ctx: &Ctx) -> Result<ReportApi, ScenarioError> {
+    let service = ReportService::new(
+        ctx.pg().clone(),
+        Some(ctx.narrator.clone()),
+        ctx.checkpoints.clone(),
+    );
+    let service = RunningService::start(service.router()).await?;
+    let url = service.url();
+    Ok(ReportApi { service, url })
+}
+
+/// An HTTP client as a worker has one. No connection reuse: every call is its own connection,
+/// which keeps each call visible on its own (and lets a fault proxy break exactly one).
+pub fn worker_client(timeout: Option<Duration>) -> Result<reqwest::Client, ScenarioError> {
+    let mut builder = reqwest::Client::builder().pool_max_idle_per_host(0);
+    if let Some(timeout) = timeout {
+        builder = builder.timeout(timeout);
+    }
+    Ok(builder.build()?)
+}
+
+/// What a worker learned from `POST /reports`.
+#[derive(Debug, Clone)]
+pub struct PostResult {
+    pub outcome: Outcome,
+    pub status: Option<u16>,
+    pub created: Option<ReportCreated>,
+}
+
+/// A worker's `POST /reports` for task 42, narrated as a call with its outcome.
+pub async fn post_report(
+    ctx: &Ctx,
+    client: &reqwest::Client,
+    api: &ReportApi,
+    who: &str,
+    key: Option<&str>,
+    report_type: &str,
+) -> Result<PostResult, ScenarioError> {
+    let body = serde_json::json!({"task_id": TASK_ID, "report_type": report_type});
+    let mut request = client.post(format!("{}/reports", api.url)).json(&body);
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    let text = match key {
+        Some(key) => Msg::new("call.post_report_key").arg("key", key),
+        None => Msg::new("call.post_report_no_key"),
+    }
+    .arg("who", Msg::new(format!("worker.{who}")))
+    .arg("body", body.to_string());
+
+    ctx.narrator.request(text);
+    match request.send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let raw = response.text().await?;
+            let created = serde_json::from_str::<ReportCreated>(&raw).ok();
+            let outcome = if (200..300).contains(&status) {
+                Outcome::Ok
+            } else {
+                Outcome::Fail
+            };
+            ctx.narrator.response(CallView {
+                outcome,
+                status: Some(status),
+                body: Some(raw),
+                detail: None,
+            });
+            Ok(PostResult {
+                outcome,
+                status: Some(status),
+                created,
+            })
+        }
+        Err(e) => {
+            // A refused connection never reached the service: a definite failure. A timeout or a
+            // connection dropped after sending: the service may have done the work.
+            let (outcome, detail) = if e.is_connect() {
+                (Outcome::Fail, "call.refused")
+            } else if e.is_timeout() {
+                (Outcome::Unknown, "call.timed_out")
+            } else {
+                (Outcome::Unknown, "call.dropped")
+            };
+            ctx.narrator.response(CallView {
+                outcome,
+                status: None,
+                body: None,
+                detail: Some(Msg::new(detail)),
+            });
+            Ok(PostResult {
+                outcome,
+                status: None,
+                created: None,
+            })
+        }
+    }
+}
+
+/// Claims the task for a worker, or fails the scenario if the claim found nothing to claim.
+pub async fn claim(ctx: &Ctx) -> Result<i32, ScenarioError> {
+    tasks::claim_task(ctx.pg(), TASK_ID, tasks::LEASE)
+        .await?
+        .ok_or_else(|| ScenarioError::Broken(format!("task {TASK_ID} could not be claimed")))
+}
+
+/// Shows task 42 as it is in the database now.
+pub async fn show_task(ctx: &Ctx) -> Result<tasks::TaskRow, ScenarioError> {
+    let row = tasks::task(ctx.pg(), TASK_ID).await?;
+    ctx.narrator.state(tasks::task_table(&row));
+    Ok(row)
+}
+
+/// Shows the report service's table as it is now; returns the rows.
+pub async fn show_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, ScenarioError> {
+    let rows = reports::all_reports(ctx.pg()).await?;
+    ctx.narrator.state(Table {
+        title: Msg::new("table.reports"),
+        columns: [
+            "id",
+            "task_id",
+            "report_type",
+            "idempotency_key",
+            "payload_hash",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: rows
+            .iter()
+            .map(|r| {
+                vec![
+                    r.id.to_string(),
+                    r.task_id.to_string(),
+                    r.report_type.clone(),
+                    r.idempotency_key.clone().unwrap_or_else(|| "NULL".into()),
+                    // The first bytes are enough to see whether two payloads match.
+                    format!("{}…", &r.payload_hash[..8]),
+                ]
+            })
+            .collect(),
+    });
+    Ok(rows)
+}
+
+/// The number of reports in the report service's table, read now.
+pub async fn count_reports(ctx: &Ctx) -> Result<i64, ScenarioError> {
+    Ok(sqlx::query_scalar("SELECT count(*) FROM reports")
+        .fetch_one(ctx.pg())
+        .await?)
+}
+
+/// Empties the run's own tables between the two sides of a scenario, so each side starts from
+/// the same state and numbers its reports from 1. Only this run's schema is named.
+pub async fn reset_tables(ctx: &Ctx) -> Result<(), ScenarioError> {
+    let schema = &ctx.space.schema;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "TRUNCATE {schema}.tasks, {schema}.reports, {schema}.naive_reports RESTART IDENTITY"
+    )))
+    .execute(ctx.pg())
+    .await?;
+    Ok(())
+}
+
+/// The crash-and-retry story both `duplicate` and `idempotent` tell, up to worker B's claim:
+/// task 42 is created, worker A claims it and POSTs with `key_a`, crashes before completing, the
+/// lease expires (simulated), and worker B claims it again. Returns worker A's result and
+/// worker B's attempts.
+pub async fn crash_after_post(
+    ctx: &Ctx,
+    api: &ReportApi,
+    key_a: Option<&str>,
+) -> Result<(PostResult, i32), ScenarioError> {
+    let n = &ctx.narrator;
+    let client = worker_client(None)?;
+    tasks::create_task(ctx.pg(), TASK_ID).await?;
+    n.step(Msg::new("step.seed").arg("task", TASK_ID)).await?;
+    show_task(ctx).await?;
+
+    let attempts_a = claim(ctx).await?;
+    n.step(
+        Msg::new("step.claim_a")
+            .arg("task", TASK_ID)
+            .arg("attempts", attempts_a),
+    )
+    .await?;
+    show_task(ctx).await?;
+
+    n.step("step.post_a").await?;
+    let first = post_report(ctx, &client, api, "a", key_a, REPORT_TYPE).await?;
+    let reports = count_reports(ctx).await?;
+    let task = show_task(ctx).await?;
+    show_reports(ctx).await?;
+    n.note(
+        Msg::new("note.after_a")
+            .arg("reports", reports)
+            .arg("status", task.status)
+            .arg(
+                "report_id",
+                task.report_id.map_or("NULL".to_string(), |r| r.to_string()),
+            ),
+    );
+
+    n.step("step.crash").await?;
+    tasks::expire_lease(ctx.pg(), TASK_ID).await?;
+    n.step(Msg::new("step.expire").arg("lease", tasks::LEASE.as_secs() as i64))
+        .await?;
+    show_task(ctx).await?;
+
+    let attempts_b = claim(ctx).await?;
+    n.step(Msg::new("step.claim_b").arg("attempts", attempts_b))
+        .await?;
+    show_task(ctx).await?;
+    Ok((first, attempts_b))
+}

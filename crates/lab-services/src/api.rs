@@ -1,0 +1,106 @@
+//! What every bundled service shares: a JSON error type and a JSON body extractor.
+//!
+//! axum's own `Json` extractor answers malformed bodies with plain text. Ours answers with the
+//! same JSON shape as every other error, `{"error": "<code>", "message": "<for people>"}`, and
+//! a 4xx status: 400 for a body that is not JSON, 415 without a JSON content type, 422 for JSON
+//! of the wrong shape (a missing field, a string where a number belongs).
+
+use axum::Json;
+use axum::extract::{FromRequest, Request};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// An error answer of a bundled service.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed (4xx chosen by the caller of this variant).
+    #[error("{message}")]
+    Client {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+    },
+    /// The database failed. Details go to the log, not to the client.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl ApiError {
+    pub fn client(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::Client {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::client(StatusCode::BAD_REQUEST, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::Client {
+                status,
+                code,
+                message,
+            } => (status, Json(json!({"error": code, "message": message}))).into_response(),
+            ApiError::Database(e) => {
+                eprintln!("lab service: database error: {e}");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(json!({"error": "database_unavailable", "message": "the database did not answer; retry later"})),
+                )
+                    .into_response()
+            }
+        }
+    }
+}
+
+/// A JSON request body whose rejections are [`ApiError`]s.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                let mime = v.split(';').next().unwrap_or_default().trim();
+                mime.eq_ignore_ascii_case("application/json") || mime.ends_with("+json")
+            })
+            .unwrap_or(false);
+        if !is_json {
+            return Err(ApiError::client(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send the body as JSON with Content-Type: application/json",
+            ));
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::bad_request("unreadable_body", e.body_text()))?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request("invalid_json", format!("the body is not JSON: {e}"))
+        })?;
+        serde_json::from_value(value).map(JsonBody).map_err(|e| {
+            ApiError::client(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                format!("the JSON does not have the expected fields: {e}"),
+            )
+        })
+    }
+}
+
+/// The answer to any path a service does not have.
+pub async fn not_found() -> ApiError {
+    ApiError::client(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}

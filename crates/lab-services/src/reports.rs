@@ -1,0 +1,352 @@
+//! The external report service of Lesson A.
+//!
+//! `POST /reports {"task_id": 42, "report_type": "monthly"}` creates a report. With an
+//! `Idempotency-Key` header the service promises that one key makes at most one report:
+//!
+//! | request                         | answer                                           |
+//! |---------------------------------|--------------------------------------------------|
+//! | new key                         | 201 `{"report_id": N, "replayed": false}`        |
+//! | same key, same payload          | 200 `{"report_id": N, "replayed": true}` (same N) |
+//! | same key, other payload         | 409 `{"error": "idempotency_key_reused", …}`     |
+//! | no key                          | 201, a new report every time                     |
+//!
+//! The promise is kept by PostgreSQL, not by the handler's logic: `reports.idempotency_key` is
+//! UNIQUE and the handler inserts with `ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`.
+//! Of two concurrent requests with one key, exactly one insert returns a row; the other waits for
+//! the first to commit, inserts nothing, and then reads the winner's row and compares payload
+//! hashes. Checking first with a SELECT and inserting after (the naive endpoint,
+//! `POST /naive/reports`, kept for the `concurrent` scenario) lets both requests see "no report
+//! yet" and both insert.
+//!
+//! Other endpoints: `GET /reports` (count and rows: the service's own view, used for facts),
+//! `GET /reports/{id}`, `GET /health`.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lab_core::{Checkpoints, Msg, Narrator};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use crate::api::{ApiError, JsonBody, not_found};
+
+/// The longest Idempotency-Key accepted (Stripe's limit; the IETF draft sets none).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// Checkpoint: inside the handler's transaction, just before the INSERT. The `concurrent`
+/// scenario holds two requests here until both have arrived.
+pub const BEFORE_INSERT: &str = "reports.before_insert";
+/// Checkpoint: the naive endpoint has run its SELECT (and found nothing) and is about to INSERT.
+pub const NAIVE_AFTER_CHECK: &str = "reports.naive.after_check";
+
+/// The service's state: its database, and the lab's hooks into it.
+#[derive(Clone)]
+pub struct ReportService {
+    pool: PgPool,
+    /// Tells the story from inside the service (`None`: silent, e.g. during a race whose
+    /// interleaving must not show up in the narrative).
+    narrator: Option<Narrator>,
+    checkpoints: Checkpoints,
+}
+
+/// The request body of `POST /reports`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct CreateReport {
+    pub task_id: i64,
+    pub report_type: String,
+}
+
+/// The answer to a successful `POST /reports`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+pub struct ReportCreated {
+    pub report_id: i64,
+    pub replayed: bool,
+}
+
+impl ReportService {
+    pub fn new(pool: PgPool, narrator: Option<Narrator>, checkpoints: Checkpoints) -> Self {
+        ReportService {
+            pool,
+            narrator,
+            checkpoints,
+        }
+    }
+
+    /// The HTTP routes of the service.
+    pub fn router(self) -> Router {
+        Router::new()
+            .route("/reports", post(create_report).get(list_reports))
+            .route("/reports/{id}", get(get_report))
+            .route("/naive/reports", post(create_report_naive))
+            .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+            .fallback(not_found)
+            .method_not_allowed_fallback(|| async {
+                ApiError::client(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method_not_allowed",
+                    "this endpoint does not take that method",
+                )
+            })
+            .with_state(self)
+    }
+
+    async fn tell(&self, msg: Msg) {
+        if let Some(narrator) = &self.narrator {
+            narrator.service("reports", msg).await;
+        }
+    }
+}
+
+/// The payload hash: sha256 over the fields that define the operation, in a fixed order.
+pub fn payload_hash(req: &CreateReport) -> String {
+    let canonical = json!({"task_id": req.task_id, "report_type": req.report_type}).to_string();
+    let digest = Sha256::digest(canonical.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads the optional `Idempotency-Key`. The IETF draft sends it as a quoted structured-field
+/// string (`"abc"`); most APIs send it bare. Both are accepted.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(raw) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let raw = raw.to_str().map_err(|_| {
+        ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key must be visible ASCII",
+        )
+    })?;
+    let key = raw
+        .strip_prefix('"')
+        .and_then(|k| k.strip_suffix('"'))
+        .unwrap_or(raw)
+        .trim();
+    if key.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key is empty",
+        ));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            format!("Idempotency-Key is longer than {MAX_KEY_LEN} characters"),
+        ));
+    }
+    Ok(Some(key.to_string()))
+}
+
+fn validate(req: &CreateReport) -> Result<(), ApiError> {
+    if req.task_id <= 0 {
+        return Err(ApiError::client(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            "task_id must be a positive integer",
+        ));
+    }
+    if req.report_type.trim().is_empty() || req.report_type.len() > 64 {
+        return Err(ApiError::client(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            "report_type must be 1 to 64 characters",
+        ));
+    }
+    Ok(())
+}
+
+fn created(status: StatusCode, report_id: i64, replayed: bool) -> Response {
+    let mut response = (
+        status,
+        Json(ReportCreated {
+            report_id,
+            replayed,
+        }),
+    )
+        .into_response();
+    if replayed {
+        // Stripe's replay marker, so a client can tell a replay without parsing the body.
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// `POST /reports`: create a report, at most once per Idempotency-Key.
+async fn create_report(
+    State(service): State<ReportService>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<CreateReport>,
+) -> Result<Response, ApiError> {
+    validate(&req)?;
+    let key = idempotency_key(&headers)?;
+    let hash = payload_hash(&req);
+
+    let Some(key) = key else {
+        // No key: the service cannot know this is a retry. Every call is a new report.
+        let report_id: i64 = sqlx::query_scalar(
+            "INSERT INTO reports (task_id, report_type, payload_hash) VALUES ($1, $2, $3) RETURNING id",
+        )
+        .bind(req.task_id)
+        .bind(&req.report_type)
+        .bind(&hash)
+        .fetch_one(&service.pool)
+        .await?;
+        service
+            .tell(Msg::new("reports.inserted_no_key").arg("id", report_id))
+            .await;
+        return Ok(created(StatusCode::CREATED, report_id, false));
+    };
+
+    // One transaction for "insert or find": the read below sees the row that beat us.
+    let mut tx = service.pool.begin().await?;
+    service.checkpoints.reached(BEFORE_INSERT).await;
+    // If another transaction has inserted this key but not committed yet, this statement waits
+    // for it; then it either inserts (the other rolled back) or does nothing (it committed).
+    let inserted: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO reports (task_id, report_type, idempotency_key, payload_hash)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (idempotency_key) DO NOTHING
+         RETURNING id",
+    )
+    .bind(req.task_id)
+    .bind(&req.report_type)
+    .bind(&key)
+    .bind(&hash)
+    .fetch_optional(&mut *tx)
+    .await?;
+
+    if let Some(report_id) = inserted {
+        tx.commit().await?;
+        service
+            .tell(
+                Msg::new("reports.inserted_key")
+                    .arg("id", report_id)
+                    .arg("key", &key),
+            )
+            .await;
+        return Ok(created(StatusCode::CREATED, report_id, false));
+    }
+
+    // The key exists. Under READ COMMITTED each statement sees every committed row, including
+    // the one that made our INSERT do nothing.
+    let (report_id, stored_hash): (i64, String) =
+        sqlx::query_as("SELECT id, payload_hash FROM reports WHERE idempotency_key = $1")
+            .bind(&key)
+            .fetch_one(&mut *tx)
+            .await?;
+    tx.commit().await?;
+    if stored_hash != hash {
+        service
+            .tell(
+                Msg::new("reports.key_mismatch")
+                    .arg("id", report_id)
+                    .arg("key", &key),
+            )
+            .await;
+        return Err(ApiError::client(
+            StatusCode::CONFLICT,
+            "idempotency_key_reused",
+            format!("Idempotency-Key {key} was used for another payload (report {report_id})"),
+        ));
+    }
+    service
+        .tell(
+            Msg::new("reports.replayed")
+                .arg("id", report_id)
+                .arg("key", &key),
+        )
+        .await;
+    Ok(created(StatusCode::OK, report_id, true))
+}
+
+/// `POST /naive/reports`: the design the lesson warns against. It checks whether a report with
+/// the key exists, then inserts: two concurrent requests can both find nothing and both insert.
+/// Its table has no UNIQUE constraint to stop them.
+async fn create_report_naive(
+    State(service): State<ReportService>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<CreateReport>,
+) -> Result<Response, ApiError> {
+    validate(&req)?;
+    let Some(key) = idempotency_key(&headers)? else {
+        return Err(ApiError::bad_request(
+            "missing_idempotency_key",
+            "the naive endpoint needs an Idempotency-Key",
+        ));
+    };
+    let existing: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM naive_reports WHERE idempotency_key = $1")
+            .bind(&key)
+            .fetch_optional(&service.pool)
+            .await?;
+    if let Some(report_id) = existing {
+        return Ok(created(StatusCode::OK, report_id, true));
+    }
+    // The gap between the check and the insert: the race lives here.
+    service.checkpoints.reached(NAIVE_AFTER_CHECK).await;
+    let report_id: i64 = sqlx::query_scalar(
+        "INSERT INTO naive_reports (task_id, report_type, idempotency_key, payload_hash)
+         VALUES ($1, $2, $3, $4) RETURNING id",
+    )
+    .bind(req.task_id)
+    .bind(&req.report_type)
+    .bind(&key)
+    .bind(payload_hash(&req))
+    .fetch_one(&service.pool)
+    .await?;
+    Ok(created(StatusCode::CREATED, report_id, false))
+}
+
+/// A report row as `GET /reports` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct ReportRow {
+    pub id: i64,
+    pub task_id: i64,
+    pub report_type: String,
+    pub idempotency_key: Option<String>,
+    pub payload_hash: String,
+}
+
+/// Every report, oldest first.
+pub async fn all_reports(pool: &PgPool) -> Result<Vec<ReportRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, task_id, report_type, idempotency_key, payload_hash FROM reports ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// `GET /reports`: the service's own count of reports and the rows.
+async fn list_reports(State(service): State<ReportService>) -> Result<Response, ApiError> {
+    let reports = all_reports(&service.pool).await?;
+    Ok(Json(json!({"count": reports.len(), "reports": reports})).into_response())
+}
+
+/// `GET /reports/{id}`.
+async fn get_report(
+    State(service): State<ReportService>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::bad_request("invalid_id", "the report id must be an integer"))?;
+    let report: Option<ReportRow> = sqlx::query_as(
+        "SELECT id, task_id, report_type, idempotency_key, payload_hash FROM reports WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(&service.pool)
+    .await?;
+    match report {
+        Some(report) => Ok(Json(report).into_response()),
+        None => Err(ApiError::client(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no report {id}"),
+        )),
+    }
+}

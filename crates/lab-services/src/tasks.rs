@@ -1,0 +1,131 @@
+//! Our side of Lesson A: background tasks reserved with a lease.
+//!
+//! Each function is one short transaction of its own (a single statement). No transaction stays
+//! open across the HTTP call to the report service: a worker claims, commits, calls, and then
+//! completes in a new transaction. The SQL is the lesson's, word for word where it matters.
+
+use std::time::Duration;
+
+use lab_core::{Msg, Table};
+use sqlx::PgPool;
+
+/// How long a claim holds a task before another worker may take it over.
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// A task row, with the lease shown relative to the database's clock (`> now()` or `< now()`),
+/// so the narrative does not depend on when it runs.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TaskRow {
+    pub id: i64,
+    pub status: String,
+    pub attempts: i32,
+    pub lease: Option<String>,
+    pub report_id: Option<i64>,
+}
+
+/// Adds a pending task.
+pub async fn create_task(pool: &PgPool, task_id: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO tasks (id) VALUES ($1)")
+        .bind(task_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Reserves a task that is pending, or processing with an expired lease. Returns the new
+/// `attempts`: the worker's fencing token, which it must present to `complete_task`.
+pub async fn claim_task(
+    pool: &PgPool,
+    task_id: i64,
+    lease: Duration,
+) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE tasks
+            SET status = 'processing',
+                attempts = attempts + 1,
+                lease_until = clock_timestamp() + make_interval(secs => $2)
+          WHERE id = $1
+            AND (status = 'pending'
+                 OR (status = 'processing' AND lease_until <= clock_timestamp()))
+      RETURNING attempts",
+    )
+    .bind(task_id)
+    .bind(lease.as_secs_f64())
+    .fetch_optional(pool)
+    .await
+}
+
+/// Records the result, but only for the attempt that holds the task now (`attempts` is the
+/// fencing token) and, with `strict_lease`, only while its lease has not expired. Returns
+/// whether the row was updated; a refused completion changes nothing.
+pub async fn complete_task(
+    pool: &PgPool,
+    task_id: i64,
+    attempts: i32,
+    report_id: i64,
+    strict_lease: bool,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE tasks
+            SET status = 'completed', report_id = $3, lease_until = NULL
+          WHERE id = $1
+            AND status = 'processing'
+            AND attempts = $2
+            AND (NOT $4 OR lease_until > clock_timestamp())",
+    )
+    .bind(task_id)
+    .bind(attempts)
+    .bind(report_id)
+    .bind(strict_lease)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Simulated time: moves the lease into the past instead of waiting 30 seconds. The narrative
+/// says so whenever a scenario uses it.
+pub async fn expire_lease(pool: &PgPool, task_id: i64) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE tasks SET lease_until = clock_timestamp() - interval '1 second' WHERE id = $1",
+    )
+    .bind(task_id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Reads one task.
+pub async fn task(pool: &PgPool, task_id: i64) -> Result<TaskRow, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, status, attempts,
+                CASE WHEN lease_until IS NULL THEN NULL
+                     WHEN lease_until > clock_timestamp() THEN '> now()'
+                     ELSE '< now()' END AS lease,
+                report_id
+           FROM tasks WHERE id = $1",
+    )
+    .bind(task_id)
+    .fetch_one(pool)
+    .await
+}
+
+fn cell<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "NULL".to_string(), |v| v.to_string())
+}
+
+/// A snapshot of one task as a table for the narrative.
+pub fn task_table(row: &TaskRow) -> Table {
+    Table {
+        title: Msg::new("table.tasks"),
+        columns: ["id", "status", "attempts", "lease_until", "report_id"]
+            .map(String::from)
+            .to_vec(),
+        rows: vec![vec![
+            row.id.to_string(),
+            row.status.clone(),
+            row.attempts.to_string(),
+            cell(row.lease.clone()),
+            cell(row.report_id),
+        ]],
+    }
+}
