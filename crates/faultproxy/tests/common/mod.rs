@@ -1,0 +1,198 @@
+//! Tiny real servers and clients shared by the integration tests.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use faultproxy::{FaultProxy, Proxy};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+/// Fails a test that hangs instead of letting it hang CI.
+pub async fn within<T>(future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), future)
+        .await
+        .expect("timed out after 10 s")
+}
+
+pub async fn read_all(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
+    let mut received = Vec::new();
+    stream.read_to_end(&mut received).await?;
+    Ok(received)
+}
+
+/// Sends `request` through the proxy, half-closes (so an echo server finishes
+/// too), and returns everything until the server's close.
+pub async fn roundtrip(proxy: &Proxy, request: &[u8]) -> Vec<u8> {
+    let mut client = TcpStream::connect(proxy.listen_addr()).await.unwrap();
+    client.write_all(request).await.unwrap();
+    client.shutdown().await.unwrap();
+    within(read_all(&mut client)).await.unwrap()
+}
+
+pub async fn proxy_to(upstream: SocketAddr) -> (FaultProxy, Proxy) {
+    let proxies = FaultProxy::new();
+    proxies
+        .create("test", "127.0.0.1:0", &upstream.to_string())
+        .await
+        .unwrap();
+    let proxy = proxies.get("test").unwrap();
+    (proxies, proxy)
+}
+
+async fn spawn_server<F, Fut>(mut serve: F) -> SocketAddr
+where
+    F: FnMut(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(serve(socket));
+        }
+    });
+    address
+}
+
+/// Echoes every byte back; answers end-of-stream with its own (half-close).
+pub async fn echo_server() -> SocketAddr {
+    spawn_server(|mut socket| async move {
+        let (mut reader, mut writer) = socket.split();
+        let _ = tokio::io::copy(&mut reader, &mut writer).await;
+        let _ = writer.shutdown().await;
+    })
+    .await
+}
+
+/// A server like an HTTP/1.0 one: reads a request, writes `response`, hangs up at once.
+pub struct AnsweringServer {
+    pub address: SocketAddr,
+    /// Every request that reached the server.
+    pub requests: mpsc::UnboundedReceiver<Vec<u8>>,
+    /// How many connections reached the server at all.
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl AnsweringServer {
+    pub fn connection_count(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+pub async fn answering_server(response: Vec<u8>) -> AnsweringServer {
+    let (requests_tx, requests) = mpsc::unbounded_channel();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counter = connections.clone();
+    let address = spawn_server(move |mut socket| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let (requests_tx, response) = (requests_tx.clone(), response.clone());
+        async move {
+            let mut request = vec![0; 1024];
+            let read = socket.read(&mut request).await.unwrap_or(0);
+            if read == 0 {
+                return; // the client (the proxy) never sent anything
+            }
+            request.truncate(read);
+            let _ = requests_tx.send(request);
+            let _ = socket.write_all(&response).await;
+        }
+    })
+    .await;
+    AnsweringServer {
+        address,
+        requests,
+        connections,
+    }
+}
+
+/// A request parked at a server checkpoint: the server answers once `proceed` is sent.
+pub struct Checkpoint {
+    pub request: Vec<u8>,
+    pub proceed: oneshot::Sender<()>,
+}
+
+/// A server that stops at a checkpoint for every request ("charged, about to
+/// respond") until the test lets it answer `done:<request>` and hang up.
+pub async fn checkpoint_server() -> (SocketAddr, mpsc::UnboundedReceiver<Checkpoint>) {
+    let (checkpoints_tx, checkpoints) = mpsc::unbounded_channel();
+    let address = spawn_server(move |mut socket| {
+        let checkpoints_tx = checkpoints_tx.clone();
+        async move {
+            let mut request = vec![0; 1024];
+            let read = socket.read(&mut request).await.unwrap_or(0);
+            request.truncate(read);
+            let (proceed, go) = oneshot::channel();
+            let _ = checkpoints_tx.send(Checkpoint {
+                request: request.clone(),
+                proceed,
+            });
+            if go.await.is_ok() {
+                let _ = socket.write_all(&[b"done:", &request[..]].concat()).await;
+            }
+        }
+    })
+    .await;
+    (address, checkpoints)
+}
+
+/// Starts the Toxiproxy API of `proxies` on a free port.
+pub async fn serve_api(proxies: &FaultProxy) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let proxies = proxies.clone();
+    tokio::spawn(async move { proxies.serve_api(listener).await });
+    address
+}
+
+/// A minimal HTTP/1.1 client: one request per connection, JSON in and out.
+pub async fn http(api: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: toxiproxy\r\nConnection: close\r\n");
+    if let Some(body) = body {
+        request += "Content-Type: application/json\r\n";
+        request += &format!("Content-Length: {}\r\n", body.len());
+    }
+    request += "\r\n";
+    request += body.unwrap_or("");
+    raw_http(api, &request).await
+}
+
+/// Sends `request` as is; returns the status and the body parsed as JSON
+/// (`Null` when empty, a JSON string when it is not JSON).
+pub async fn raw_http(api: SocketAddr, request: &str) -> (u16, Value) {
+    let mut stream = TcpStream::connect(api).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let response = String::from_utf8(within(read_all(&mut stream)).await.unwrap()).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "this little client cannot read chunked bodies: {head}"
+    );
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = match body {
+        "" => Value::Null,
+        text => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into())),
+    };
+    (status, body)
+}
+
+/// Asserts Toxiproxy's error shape: `{"error": "...", "status": N}`.
+pub fn assert_error(response: (u16, Value), status: u16, message_start: &str) {
+    let (actual_status, body) = response;
+    assert_eq!(actual_status, status, "body: {body}");
+    assert_eq!(body["status"], status, "body: {body}");
+    let message = body["error"].as_str().expect("an error message");
+    assert!(
+        message.starts_with(message_start),
+        "{message:?} should start with {message_start:?}"
+    );
+}
