@@ -65,13 +65,31 @@ fn contract(scenario: &str) -> Value {
             "same_report_id": true, "task_status": "completed",
             "per_attempt_key_reports_total": 2
         }),
+        "concurrent" => json!({
+            "statuses": [200, 201], "same_report_id": true, "reports_total": 1,
+            "mismatch_status": 409, "naive_reports_total": 2
+        }),
+        "lease" => json!({
+            "strict_completed": false, "nonstrict_completed": true, "task_attempts": 1,
+            "task_status": "completed"
+        }),
+        "lease-stale" => json!({
+            "stale_strict_completed": false, "stale_nonstrict_completed": false,
+            "fresh_completed": true, "task_attempts": 2, "task_report_is_fresh": true
+        }),
         other => panic!("no contract for {other}"),
     }
 }
 
 #[test]
 fn json_output_ends_with_the_summary_of_scenarios_md() {
-    for scenario in ["duplicate", "idempotent"] {
+    for scenario in [
+        "duplicate",
+        "idempotent",
+        "concurrent",
+        "lease",
+        "lease-stale",
+    ] {
         let out = run(&["run", scenario, "--format", "json"]);
         assert_code(&out, 0);
         let lines: Vec<Value> = stdout(&out)
@@ -92,11 +110,7 @@ fn json_output_ends_with_the_summary_of_scenarios_md() {
         let keys: Vec<&String> = summary.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["event", "scenario", "facts", "expected", "passed"]);
         assert!(lines.iter().any(|l| l["event"] == "predict"));
-        assert!(
-            lines
-                .iter()
-                .any(|l| l["event"] == "response" && l["outcome"] == "ok")
-        );
+        assert!(lines.iter().any(|l| l["event"] == "reveal"));
     }
 }
 

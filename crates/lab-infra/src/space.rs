@@ -59,7 +59,13 @@ impl RunSpace {
                     // Enough for the concurrent scenarios: two requests, a worker, a reader.
                     .max_connections(8)
                     .acquire_timeout(Duration::from_secs(10))
-                    .connect_with(options.options([("search_path", schema.as_str())]))
+                    .connect_with(
+                        options
+                            .options([("search_path", schema.as_str())])
+                            // Names the run's sessions in pg_stat_activity, so a scenario can
+                            // watch its own backends (a lock wait) among other runs'.
+                            .application_name(&schema),
+                    )
                     .await?;
                 sqlx::raw_sql(schema_sql).execute(&pool).await?;
                 let url = format!("{}?options=-csearch_path%3D{schema}", server.url);

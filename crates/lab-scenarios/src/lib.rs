@@ -70,6 +70,9 @@ pub struct Scenario {
 pub static CATALOGUE: &[Scenario] = &[
     lesson_a::duplicate::SCENARIO,
     lesson_a::idempotent::SCENARIO,
+    lesson_a::concurrent::SCENARIO,
+    lesson_a::lease::SCENARIO,
+    lesson_a::lease_stale::SCENARIO,
 ];
 
 /// Finds a scenario by name.

@@ -79,7 +79,14 @@ macro_rules! embed {
     };
 }
 
-static EMBEDDED: &[Embedded] = &[embed!(common), embed!("duplicate"), embed!("idempotent")];
+static EMBEDDED: &[Embedded] = &[
+    embed!(common),
+    embed!("duplicate"),
+    embed!("idempotent"),
+    embed!("concurrent"),
+    embed!("lease"),
+    embed!("lease-stale"),
+];
 
 /// A file that could not be read or parsed.
 #[derive(Debug, thiserror::Error)]

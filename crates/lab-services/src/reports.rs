@@ -40,6 +40,9 @@ pub const MAX_KEY_LEN: usize = 255;
 /// Checkpoint: inside the handler's transaction, just before the INSERT. The `concurrent`
 /// scenario holds two requests here until both have arrived.
 pub const BEFORE_INSERT: &str = "reports.before_insert";
+/// Checkpoint: the INSERT returned a new id; the transaction has not committed yet, so the new
+/// row (and its key) is still invisible to others, and another INSERT of the key must wait.
+pub const AFTER_INSERT: &str = "reports.after_insert";
 /// Checkpoint: the naive endpoint has run its SELECT (and found nothing) and is about to INSERT.
 pub const NAIVE_AFTER_CHECK: &str = "reports.naive.after_check";
 
@@ -221,6 +224,7 @@ async fn create_report(
     .await?;
 
     if let Some(report_id) = inserted {
+        service.checkpoints.reached(AFTER_INSERT).await;
         tx.commit().await?;
         service
             .tell(

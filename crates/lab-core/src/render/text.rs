@@ -20,8 +20,9 @@ pub struct TextRenderer {
     color: bool,
     /// The scenario being rendered: its catalogue is consulted first.
     scope: String,
-    /// The last event was the start: a side heading then needs no blank line of its own.
-    after_start: bool,
+    /// What was rendered last ended with a blank line: a block that wants one before it (a side
+    /// heading, a question, the explanation) does not add a second.
+    ends_blank: bool,
 }
 
 /// Renders a whole recorded run without colour (what `lab check` compares).
@@ -48,7 +49,7 @@ impl TextRenderer {
             lang,
             color,
             scope: COMMON.to_string(),
-            after_start: false,
+            ends_blank: false,
         }
     }
 
@@ -92,11 +93,22 @@ impl TextRenderer {
 
     /// Renders one event as zero or more complete lines.
     pub fn render(&mut self, event: &Event) -> String {
-        let after_start = std::mem::replace(&mut self.after_start, false);
+        let out = self.render_event(event);
+        if !out.is_empty() {
+            self.ends_blank = out.ends_with("\n\n");
+        }
+        out
+    }
+
+    /// A blank line before a block, unless there is one already.
+    fn gap(&self) -> &'static str {
+        if self.ends_blank { "" } else { "\n" }
+    }
+
+    fn render_event(&mut self, event: &Event) -> String {
         match event {
             Event::Start { scenario } => {
                 self.scope = scenario.clone();
-                self.after_start = true;
                 let title = format!("━━ {scenario} · {} ━━", self.key("title"));
                 format!(
                     "\n{}\n\n{}\n",
@@ -106,8 +118,7 @@ impl TextRenderer {
             }
             Event::Side { text } => {
                 let line = format!("── {} ──", self.t(text));
-                let gap = if after_start { "" } else { "\n" };
-                format!("{gap}{}\n\n", self.paint(&line, Style::Bold))
+                format!("{}{}\n\n", self.gap(), self.paint(&line, Style::Bold))
             }
             Event::Step { number, text } => {
                 let text = self.t(text);
@@ -179,24 +190,31 @@ impl TextRenderer {
                 let answer = self.t(answer);
                 let mut lines = answer.lines();
                 let mut out = format!(
-                    "\n {} {}\n",
+                    "{} {} {}\n",
+                    self.gap(),
                     self.paint(&format!("! {}:", self.key("label.answer")), Style::Answer),
                     lines.next().unwrap_or_default()
                 );
                 for line in lines {
                     let _ = writeln!(out, "   {line}");
                 }
+                out.push('\n');
                 out
             }
             // Facts are shown together in the summary table.
             Event::Fact { .. } => String::new(),
             Event::Explain => format!(
-                "\n{}\n{}",
+                "{}{}\n{}",
+                self.gap(),
                 self.paint(&self.key("label.explain"), Style::Title),
                 Self::indent(&self.key("explain"), "  ")
             ),
             Event::Quiz => {
-                let mut out = format!("\n{}\n", self.paint(&self.key("label.quiz"), Style::Title));
+                let mut out = format!(
+                    "{}{}\n",
+                    self.gap(),
+                    self.paint(&self.key("label.quiz"), Style::Title)
+                );
                 for (i, q) in self
                     .texts
                     .list(&self.scope, self.lang, "quiz")
@@ -277,7 +295,11 @@ impl TextRenderer {
                 w2 = widths[2]
             )
         };
-        let mut out = format!("\n{}\n", self.paint(&self.key("label.facts"), Style::Title));
+        let mut out = format!(
+            "{}{}\n",
+            self.gap(),
+            self.paint(&self.key("label.facts"), Style::Title)
+        );
         let _ = writeln!(out, "  {}", self.paint(line(&heads).trim_end(), Style::Dim));
         for (row, check) in rows.iter().zip(&checks) {
             let mark = if check.ok() {

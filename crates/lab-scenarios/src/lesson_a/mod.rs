@@ -5,8 +5,11 @@
 //! real HTTP server on 127.0.0.1 with its own `reports` table. The helpers here are what every
 //! scenario of the lesson does: start the service, have a worker POST to it, and show the rows.
 
+pub mod concurrent;
 pub mod duplicate;
 pub mod idempotent;
+pub mod lease;
+pub mod lease_stale;
 
 use std::time::Duration;
 
@@ -32,11 +35,20 @@ pub struct ReportApi {
 
 /// Starts the report service on the run's schema; it narrates from inside.
 pub async fn start_report_service(ctx: &Ctx) -> Result<ReportApi, ScenarioError> {
-    let service = ReportService::new(
-        ctx.pg().clone(),
-        Some(ctx.narrator.clone()),
-        ctx.checkpoints.clone(),
-    );
+    start_service(ctx, Some(ctx.narrator.clone())).await
+}
+
+/// Starts the report service without narration from inside: for races, where the order in
+/// which two handlers would speak is exactly what is not determined.
+pub async fn start_silent_report_service(ctx: &Ctx) -> Result<ReportApi, ScenarioError> {
+    start_service(ctx, None).await
+}
+
+async fn start_service(
+    ctx: &Ctx,
+    narrator: Option<lab_core::Narrator>,
+) -> Result<ReportApi, ScenarioError> {
+    let service = ReportService::new(ctx.pg().clone(), narrator, ctx.checkpoints.clone());
     let service = RunningService::start(service.router()).await?;
     let url = service.url();
     Ok(ReportApi { service, url })
@@ -52,56 +64,76 @@ pub fn worker_client(timeout: Option<Duration>) -> Result<reqwest::Client, Scena
     Ok(builder.build()?)
 }
 
-/// What a worker learned from `POST /reports`.
+/// What a caller learned from a `POST` to the report service.
 #[derive(Debug, Clone)]
 pub struct PostResult {
     pub outcome: Outcome,
     pub status: Option<u16>,
+    /// The response body as received.
+    pub body: Option<String>,
+    /// Why there was no response (a catalogue key), when there was none.
+    pub detail: Option<&'static str>,
+    /// The body, when it is a report.
     pub created: Option<ReportCreated>,
 }
 
-/// A worker's `POST /reports` for task 42, narrated as a call with its outcome.
-pub async fn post_report(
-    ctx: &Ctx,
+impl PostResult {
+    /// How the narrator shows this result.
+    pub fn view(&self) -> CallView {
+        CallView {
+            outcome: self.outcome,
+            status: self.status,
+            body: self.body.clone(),
+            detail: self.detail.map(Msg::new),
+        }
+    }
+}
+
+/// The body every call of the lesson sends.
+pub fn report_body(report_type: &str) -> serde_json::Value {
+    serde_json::json!({"task_id": TASK_ID, "report_type": report_type})
+}
+
+/// How a call to `path` is told: who calls, with which body and key.
+pub fn request_msg(who: &str, path: &str, key: Option<&str>, report_type: &str) -> Msg {
+    match key {
+        Some(key) => Msg::new("call.post_key").arg("key", key),
+        None => Msg::new("call.post_no_key"),
+    }
+    .arg("who", Msg::new(format!("worker.{who}")))
+    .arg("path", path)
+    .arg("body", report_body(report_type).to_string())
+}
+
+/// Sends `POST path` and classifies what came back, without narrating.
+pub async fn send_post(
     client: &reqwest::Client,
     api: &ReportApi,
-    who: &str,
+    path: &str,
     key: Option<&str>,
     report_type: &str,
 ) -> Result<PostResult, ScenarioError> {
-    let body = serde_json::json!({"task_id": TASK_ID, "report_type": report_type});
-    let mut request = client.post(format!("{}/reports", api.url)).json(&body);
+    let mut request = client
+        .post(format!("{}{path}", api.url))
+        .json(&report_body(report_type));
     if let Some(key) = key {
         request = request.header("Idempotency-Key", key);
     }
-    let text = match key {
-        Some(key) => Msg::new("call.post_report_key").arg("key", key),
-        None => Msg::new("call.post_report_no_key"),
-    }
-    .arg("who", Msg::new(format!("worker.{who}")))
-    .arg("body", body.to_string());
-
-    ctx.narrator.request(text);
     match request.send().await {
         Ok(response) => {
             let status = response.status().as_u16();
             let raw = response.text().await?;
-            let created = serde_json::from_str::<ReportCreated>(&raw).ok();
             let outcome = if (200..300).contains(&status) {
                 Outcome::Ok
             } else {
                 Outcome::Fail
             };
-            ctx.narrator.response(CallView {
-                outcome,
-                status: Some(status),
-                body: Some(raw),
-                detail: None,
-            });
             Ok(PostResult {
                 outcome,
                 status: Some(status),
-                created,
+                created: serde_json::from_str::<ReportCreated>(&raw).ok(),
+                body: Some(raw),
+                detail: None,
             })
         }
         Err(e) => {
@@ -114,19 +146,32 @@ pub async fn post_report(
             } else {
                 (Outcome::Unknown, "call.dropped")
             };
-            ctx.narrator.response(CallView {
-                outcome,
-                status: None,
-                body: None,
-                detail: Some(Msg::new(detail)),
-            });
             Ok(PostResult {
                 outcome,
                 status: None,
+                body: None,
+                detail: Some(detail),
                 created: None,
             })
         }
     }
+}
+
+/// A worker's `POST /reports` for task 42, narrated: the request, what happens inside the
+/// service, and what the worker saw.
+pub async fn post_report(
+    ctx: &Ctx,
+    client: &reqwest::Client,
+    api: &ReportApi,
+    who: &str,
+    key: Option<&str>,
+    report_type: &str,
+) -> Result<PostResult, ScenarioError> {
+    ctx.narrator
+        .request(request_msg(who, "/reports", key, report_type));
+    let result = send_post(client, api, "/reports", key, report_type).await?;
+    ctx.narrator.response(result.view());
+    Ok(result)
 }
 
 /// Claims the task for a worker, or fails the scenario if the claim found nothing to claim.
@@ -146,8 +191,25 @@ pub async fn show_task(ctx: &Ctx) -> Result<tasks::TaskRow, ScenarioError> {
 /// Shows the report service's table as it is now; returns the rows.
 pub async fn show_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, ScenarioError> {
     let rows = reports::all_reports(ctx.pg()).await?;
-    ctx.narrator.state(Table {
-        title: Msg::new("table.reports"),
+    ctx.narrator.state(reports_table("table.reports", &rows));
+    Ok(rows)
+}
+
+/// Shows the naive endpoint's table (no UNIQUE constraint) as it is now.
+pub async fn show_naive_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, ScenarioError> {
+    let rows: Vec<reports::ReportRow> = sqlx::query_as(
+        "SELECT id, task_id, report_type, idempotency_key, payload_hash FROM naive_reports ORDER BY id",
+    )
+    .fetch_all(ctx.pg())
+    .await?;
+    ctx.narrator
+        .state(reports_table("table.naive_reports", &rows));
+    Ok(rows)
+}
+
+fn reports_table(title: &str, rows: &[reports::ReportRow]) -> Table {
+    Table {
+        title: Msg::new(title),
         columns: [
             "id",
             "task_id",
@@ -170,8 +232,7 @@ pub async fn show_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, Scenario
                 ]
             })
             .collect(),
-    });
-    Ok(rows)
+    }
 }
 
 /// The number of reports in the report service's table, read now.
@@ -243,4 +304,30 @@ pub async fn crash_after_post(
         .await?;
     show_task(ctx).await?;
     Ok((first, attempts_b))
+}
+
+/// Calls `complete_task` for a worker and tells what it returned, with the row after it.
+pub async fn complete(
+    ctx: &Ctx,
+    who: &str,
+    attempts: i32,
+    report_id: i64,
+    strict_lease: bool,
+) -> Result<bool, ScenarioError> {
+    let accepted =
+        tasks::complete_task(ctx.pg(), TASK_ID, attempts, report_id, strict_lease).await?;
+    ctx.narrator.note(
+        Msg::new(if accepted {
+            "note.complete_accepted"
+        } else {
+            "note.complete_refused"
+        })
+        .arg("who", Msg::new(format!("worker.{who}")))
+        .arg("task", TASK_ID)
+        .arg("attempts", attempts)
+        .arg("report_id", report_id)
+        .arg("strict", strict_lease.to_string()),
+    );
+    show_task(ctx).await?;
+    Ok(accepted)
 }

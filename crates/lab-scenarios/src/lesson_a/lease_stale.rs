@@ -1,0 +1,84 @@
+//! `lease-stale`: a stale worker tries to complete a task someone else now holds.
+//!
+//! Worker A claims task 42; its lease expires (simulated); worker B claims it again
+//! (attempts = 2). Then stale worker A tries to complete with attempts = 1: refused with and
+//! without the strict lease check, because attempts no longer matches. Worker B completes. The
+//! attempts counter works as a fencing token.
+//!
+//! Facts: `stale_strict_completed` = false, `stale_nonstrict_completed` = false,
+//! `fresh_completed` = true, `task_attempts` = 2, `task_report_is_fresh` = true.
+
+use lab_core::Msg;
+use lab_infra::Needs;
+use lab_services::tasks;
+
+use super::{TASK_ID, claim, complete, show_task};
+use crate::{Ctx, Scenario, ScenarioFuture, ScenarioResult};
+
+pub const SCENARIO: Scenario = Scenario {
+    name: "lease-stale",
+    lesson: "A",
+    needs: Needs {
+        postgres: true,
+        redis: false,
+    },
+    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+};
+
+/// The workers' results (fixed numbers: this scenario is about our table, not about the call).
+const RESULT_A: i64 = 1001;
+const RESULT_B: i64 = 2002;
+
+async fn run(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+    tasks::create_task(ctx.pg(), TASK_ID).await?;
+    n.step(Msg::new("step.seed").arg("task", TASK_ID)).await?;
+    show_task(ctx).await?;
+
+    let attempts_a = claim(ctx).await?;
+    n.step(
+        Msg::new("step.claim_a")
+            .arg("task", TASK_ID)
+            .arg("attempts", attempts_a),
+    )
+    .await?;
+    show_task(ctx).await?;
+
+    tasks::expire_lease(ctx.pg(), TASK_ID).await?;
+    n.step(Msg::new("step.expire").arg("lease", tasks::LEASE.as_secs() as i64))
+        .await?;
+    show_task(ctx).await?;
+
+    let attempts_b = claim(ctx).await?;
+    n.step(
+        Msg::new("step.claim_b")
+            .arg("attempts", attempts_b)
+            .arg("report_id", RESULT_B),
+    )
+    .await?;
+    show_task(ctx).await?;
+
+    n.predict("predict").await?;
+    n.step(Msg::new("step.stale").arg("report_id", RESULT_A))
+        .await?;
+    let stale_strict = complete(ctx, "a", attempts_a, RESULT_A, true).await?;
+    let stale_nonstrict = complete(ctx, "a", attempts_a, RESULT_A, false).await?;
+    n.step("step.fresh").await?;
+    let fresh = complete(ctx, "b", attempts_b, RESULT_B, true).await?;
+
+    let task = tasks::task(ctx.pg(), TASK_ID).await?;
+    n.fact("stale_strict_completed", stale_strict);
+    n.fact("stale_nonstrict_completed", stale_nonstrict);
+    n.fact("fresh_completed", fresh);
+    n.fact("task_attempts", task.attempts);
+    n.fact("task_report_is_fresh", task.report_id == Some(RESULT_B));
+    n.reveal(
+        Msg::new("reveal")
+            .arg("attempts", task.attempts)
+            .arg("report_id", task.report_id.unwrap_or_default()),
+    )
+    .await?;
+    n.explain();
+    n.quiz();
+    Ok(())
+}
