@@ -43,9 +43,11 @@
 //! * `toxic.rs`: the toxic types, their JSON, and how each transforms a stream;
 //! * `fault.rs`: one-shot faults, [`ArmedFault`] and [`Trigger`];
 //! * `api.rs`: the Toxiproxy HTTP API ([`FaultProxy::router`]);
+//! * `client.rs`: an async client of that API, for this proxy or a real Toxiproxy;
 //! * `error.rs`: [`Error`] and its status codes; `rng.rs`: a tiny PRNG.
 
 mod api;
+pub mod client;
 mod error;
 mod fault;
 mod proxy;

@@ -60,6 +60,10 @@ pub struct Global {
     /// Use this Redis instead of a throwaway one (redis://host:port)
     #[arg(long, global = true, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
+    /// Create the fault proxies on this Toxiproxy instead of the embedded one (http://host:8474);
+    /// scenarios that need one-shot faults still use the embedded proxy
+    #[arg(long, global = true, env = "TOXIPROXY_URL")]
+    pub toxiproxy_url: Option<String>,
     /// Keep each run's schema and keys for inspection, and print how to look at them
     #[arg(long, global = true)]
     pub keep: bool,

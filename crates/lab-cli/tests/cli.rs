@@ -65,6 +65,10 @@ fn contract(scenario: &str) -> Value {
             "same_report_id": true, "task_status": "completed",
             "per_attempt_key_reports_total": 2
         }),
+        "timeout" => json!({
+            "first_outcome": "unknown", "reports_after_timeout": 1, "retry_status": 200,
+            "same_report_id": true, "reports_total": 1, "task_status": "completed"
+        }),
         "concurrent" => json!({
             "statuses": [200, 201], "same_report_id": true, "reports_total": 1,
             "mismatch_status": 409, "naive_reports_total": 2

@@ -10,12 +10,15 @@
 //!
 //! - [`library`]: the files under `scenarios/` (texts, expected facts and narratives), read from
 //!   the checkout when there is one, else the copies embedded at build time.
-//! - [`lesson_a`]: the PostgreSQL background-task lesson (`duplicate`, `idempotent`).
+//! - [`faults`]: the proxies on the hops a scenario breaks (embedded, or a real Toxiproxy).
+//! - [`lesson_a`]: the PostgreSQL background-task lesson (`duplicate`, `idempotent`,
+//!   `timeout`, `concurrent`, `lease`, `lease-stale`).
 //! - [`CATALOGUE`]: every scenario, in the order `lab run all` runs them.
 //!
 //! To add a scenario: write its module (see `lesson_a::duplicate`), add it to [`CATALOGUE`], add
 //! `scenarios/<name>/{en,ru}.toml`, then `lab check <name> --bless` to record its expectations.
 
+pub mod faults;
 pub mod lesson_a;
 pub mod library;
 
@@ -26,6 +29,7 @@ use lab_core::{Checkpoints, Event, Facts, Narrator, Quit};
 use lab_infra::{InfraError, Needs, RunSpace, Servers};
 use sqlx::PgPool;
 
+pub use faults::Faults;
 pub use library::Library;
 
 /// The tables every run starts with.
@@ -46,6 +50,8 @@ pub enum ScenarioError {
     Http(#[from] reqwest::Error),
     #[error("cannot start a service: {0}")]
     Io(#[from] std::io::Error),
+    #[error("fault proxy: {0}")]
+    Faults(#[from] faultproxy::client::ClientError),
     /// The world did not behave as the scenario's script needs (a claim that found no task).
     #[error("{0}")]
     Broken(String),
@@ -57,12 +63,24 @@ pub type ScenarioResult = Result<(), ScenarioError>;
 /// A boxed scenario future.
 pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = ScenarioResult> + Send + 'a>>;
 
+/// What a scenario needs from the fault proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultUse {
+    /// It breaks no hop.
+    None,
+    /// Only toxics, set through the Toxiproxy API: a real Toxiproxy can do it too.
+    Toxics,
+    /// Deterministic one-shot faults: the embedded proxy only.
+    OneShot,
+}
+
 /// One scenario: its name, what it needs, and its script.
 pub struct Scenario {
     pub name: &'static str,
     /// The lesson it belongs to (for `lab list`).
     pub lesson: &'static str,
     pub needs: Needs,
+    pub faults: FaultUse,
     pub run: for<'a> fn(&'a Ctx) -> ScenarioFuture<'a>,
 }
 
@@ -70,6 +88,7 @@ pub struct Scenario {
 pub static CATALOGUE: &[Scenario] = &[
     lesson_a::duplicate::SCENARIO,
     lesson_a::idempotent::SCENARIO,
+    lesson_a::timeout::SCENARIO,
     lesson_a::concurrent::SCENARIO,
     lesson_a::lease::SCENARIO,
     lesson_a::lease_stale::SCENARIO,
@@ -85,6 +104,7 @@ pub struct Ctx {
     pub narrator: Narrator,
     pub space: RunSpace,
     pub checkpoints: Checkpoints,
+    pub faults: Faults,
 }
 
 impl Ctx {
@@ -115,23 +135,49 @@ pub struct KeptRun {
     pub redis_url: Option<String>,
 }
 
+/// How scenarios are run in this `lab` call.
+#[derive(Debug, Clone, Default)]
+pub struct RunConfig {
+    /// Keep each run's schema and keys (`--keep`).
+    pub keep: bool,
+    /// Create proxies on this Toxiproxy instead of the embedded one (`--toxiproxy-url`).
+    pub toxiproxy_url: Option<String>,
+}
+
 /// Runs one scenario in a fresh run space: emits its events through `narrator`, ends with the
-/// summary, and releases the space (unless `keep`), also when the scenario fails.
+/// summary, and releases the space (unless `keep`) and its proxies, also when it fails.
 pub async fn run(
     scenario: &'static Scenario,
     servers: &Servers,
     narrator: Narrator,
     library: &Library,
-    keep: bool,
+    config: &RunConfig,
 ) -> Result<RunReport, ScenarioError> {
+    let keep = config.keep;
     narrator.start(scenario.name);
     let space = RunSpace::create(servers, SCHEMA_SQL).await?;
+    // One-shot faults exist only in the embedded proxy; toxics work on either.
+    let faults: Result<Faults, ScenarioError> = match (&config.toxiproxy_url, scenario.faults) {
+        (Some(url), FaultUse::Toxics) => Faults::external(url, &space.run_id)
+            .await
+            .map_err(Into::into),
+        _ => Faults::embedded(&space.run_id).await.map_err(Into::into),
+    };
+    let faults = match faults {
+        Ok(faults) => faults,
+        Err(e) => {
+            let _ = space.release(servers, keep).await;
+            return Err(e);
+        }
+    };
     let ctx = Ctx {
         narrator: narrator.clone(),
         space,
         checkpoints: Checkpoints::new(),
+        faults,
     };
     let result = (scenario.run)(&ctx).await;
+    ctx.faults.release().await;
     let kept = keep.then(|| KeptRun {
         schema: ctx.space.schema.clone(),
         prefix: ctx.space.prefix.clone(),

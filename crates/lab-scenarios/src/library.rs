@@ -83,6 +83,7 @@ static EMBEDDED: &[Embedded] = &[
     embed!(common),
     embed!("duplicate"),
     embed!("idempotent"),
+    embed!("timeout"),
     embed!("concurrent"),
     embed!("lease"),
     embed!("lease-stale"),

@@ -43,6 +43,9 @@ pub const BEFORE_INSERT: &str = "reports.before_insert";
 /// Checkpoint: the INSERT returned a new id; the transaction has not committed yet, so the new
 /// row (and its key) is still invisible to others, and another INSERT of the key must wait.
 pub const AFTER_INSERT: &str = "reports.after_insert";
+/// Checkpoint: a new report is committed and the service is about to answer. The `timeout`
+/// scenario waits for it before reading the table, whatever the client saw.
+pub const COMMITTED: &str = "reports.committed";
 /// Checkpoint: the naive endpoint has run its SELECT (and found nothing) and is about to INSERT.
 pub const NAIVE_AFTER_CHECK: &str = "reports.naive.after_check";
 
@@ -180,6 +183,11 @@ fn created(status: StatusCode, report_id: i64, replayed: bool) -> Response {
 }
 
 /// `POST /reports`: create a report, at most once per Idempotency-Key.
+///
+/// The work runs in a task of its own: if the client goes away (a timeout, a dropped
+/// connection), hyper drops the request's future, and without the task the transaction would be
+/// cancelled with it. A real server finishes what it started whether or not anyone is still
+/// listening, and that is exactly why a timeout tells the client nothing about the outcome.
 async fn create_report(
     State(service): State<ReportService>,
     headers: HeaderMap,
@@ -187,6 +195,23 @@ async fn create_report(
 ) -> Result<Response, ApiError> {
     validate(&req)?;
     let key = idempotency_key(&headers)?;
+    tokio::spawn(create_report_to_the_end(service, key, req))
+        .await
+        .unwrap_or_else(|e| {
+            eprintln!("lab service: the report handler failed: {e}");
+            Err(ApiError::client(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "handler_failed",
+                "the service could not finish this request; retry with the same key",
+            ))
+        })
+}
+
+async fn create_report_to_the_end(
+    service: ReportService,
+    key: Option<String>,
+    req: CreateReport,
+) -> Result<Response, ApiError> {
     let hash = payload_hash(&req);
 
     let Some(key) = key else {
@@ -202,6 +227,7 @@ async fn create_report(
         service
             .tell(Msg::new("reports.inserted_no_key").arg("id", report_id))
             .await;
+        service.checkpoints.reached(COMMITTED).await;
         return Ok(created(StatusCode::CREATED, report_id, false));
     };
 
@@ -233,6 +259,7 @@ async fn create_report(
                     .arg("key", &key),
             )
             .await;
+        service.checkpoints.reached(COMMITTED).await;
         return Ok(created(StatusCode::CREATED, report_id, false));
     }
 

@@ -9,7 +9,7 @@ use colored::Colorize;
 use lab_core::facts::compare;
 use lab_core::render::render_text;
 use lab_core::{Event, Gate, Lang, Narrator};
-use lab_scenarios::{Library, RunReport, ScenarioError};
+use lab_scenarios::{Library, RunConfig, RunReport, ScenarioError};
 use similar::TextDiff;
 
 use crate::cli::{FormatArg, Global, exit};
@@ -149,11 +149,15 @@ pub async fn check(
         Guarded::Interrupted | Guarded::Quit => return Ok(exit::INTERRUPTED),
     };
 
+    let config = RunConfig {
+        keep: false,
+        toxiproxy_url: global.toxiproxy_url.clone(),
+    };
     let work = async {
         let mut drift = false;
         for scenario in &scenarios {
             let report =
-                lab_scenarios::run(scenario, &servers, Narrator::recording(), &library, false)
+                lab_scenarios::run(scenario, &servers, Narrator::recording(), &library, &config)
                     .await?;
             let rendered = narratives(&library, &report, bless);
             let verdict = judge(&library, &report, &rendered);

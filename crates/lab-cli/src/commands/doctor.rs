@@ -1,7 +1,9 @@
 //! `lab doctor`: which servers would be used, their versions, and what is missing.
 
+use faultproxy::client::ToxiproxyClient;
 use lab_infra::servers::Plan;
 use lab_infra::{Needs, ServerOptions, Servers};
+use lab_scenarios::FaultUse;
 
 use crate::cli::{Global, exit};
 use crate::session::{self, Failure};
@@ -62,10 +64,15 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
     println!("lab doctor");
     line("PostgreSQL", &postgres, needs.postgres);
     line("Redis", &redis, needs.redis);
-    println!(
-        "  ok       {:<11} embedded (in-process, started by each scenario that breaks a hop)",
-        "fault proxy"
-    );
+    let toxiproxy = match &global.toxiproxy_url {
+        None => Ok("embedded (in-process, one per scenario run that breaks a hop)".to_string()),
+        Some(url) => ToxiproxyClient::new(url)
+            .version()
+            .await
+            .map(|v| format!("given: {url} (Toxiproxy {v})"))
+            .map_err(|e| e.to_string()),
+    };
+    line("Toxiproxy", &toxiproxy, true);
     println!();
     println!("Scenarios and what they need:");
     for s in &all {
@@ -76,9 +83,16 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
         if s.needs.redis {
             parts.push("Redis");
         }
+        match s.faults {
+            FaultUse::None => {}
+            FaultUse::Toxics => parts.push("fault proxy (toxics: a given Toxiproxy works too)"),
+            FaultUse::OneShot => parts.push("fault proxy (one-shot faults: embedded only)"),
+        }
         println!("  {:<12} {}", s.name, parts.join(", "));
     }
-    let usable = (postgres.is_ok() || !needs.postgres) && (redis.is_ok() || !needs.redis);
+    let usable = (postgres.is_ok() || !needs.postgres)
+        && (redis.is_ok() || !needs.redis)
+        && toxiproxy.is_ok();
     if usable {
         Ok(exit::OK)
     } else {

@@ -9,7 +9,7 @@ use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink};
 use lab_core::text::COMMON;
 use lab_core::{Gate, Lang, Msg, Narrator};
 use lab_infra::{Origin, Servers};
-use lab_scenarios::{KeptRun, Library, ScenarioError};
+use lab_scenarios::{KeptRun, Library, RunConfig, ScenarioError};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::cli::{FormatArg, Global, exit};
@@ -80,12 +80,16 @@ pub async fn run(
     };
 
     let sink = sink(global, &library, lang, color);
+    let config = RunConfig {
+        keep: global.keep,
+        toxiproxy_url: global.toxiproxy_url.clone(),
+    };
     let work = async {
         let mut all_passed = true;
         for scenario in &scenarios {
             let narrator = Narrator::new(Some(sink.clone()), gate.clone());
             let report =
-                lab_scenarios::run(scenario, &servers, narrator, &library, global.keep).await?;
+                lab_scenarios::run(scenario, &servers, narrator, &library, &config).await?;
             if let Some(kept) = &report.kept {
                 print_kept(kept);
             }

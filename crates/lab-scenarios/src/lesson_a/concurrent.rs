@@ -31,7 +31,7 @@ use super::{
     PostResult, REPORT_TYPE, ReportApi, STABLE_KEY, count_reports, post_report, request_msg,
     send_post, show_naive_reports, show_reports, start_silent_report_service, worker_client,
 };
-use crate::{Ctx, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "concurrent",
@@ -40,6 +40,7 @@ pub const SCENARIO: Scenario = Scenario {
         postgres: true,
         redis: false,
     },
+    faults: FaultUse::None,
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 

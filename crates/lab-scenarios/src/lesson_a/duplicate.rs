@@ -17,7 +17,7 @@ use super::{
     REPORT_TYPE, TASK_ID, count_reports, crash_after_post, post_report, show_reports, show_task,
     start_report_service, worker_client,
 };
-use crate::{Ctx, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "duplicate",
@@ -26,6 +26,7 @@ pub const SCENARIO: Scenario = Scenario {
         postgres: true,
         redis: false,
     },
+    faults: FaultUse::None,
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 

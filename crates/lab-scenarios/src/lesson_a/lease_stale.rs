@@ -13,7 +13,7 @@ use lab_infra::Needs;
 use lab_services::tasks;
 
 use super::{TASK_ID, claim, complete, show_task};
-use crate::{Ctx, Scenario, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Scenario, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "lease-stale",
@@ -22,6 +22,7 @@ pub const SCENARIO: Scenario = Scenario {
         postgres: true,
         redis: false,
     },
+    faults: FaultUse::None,
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 

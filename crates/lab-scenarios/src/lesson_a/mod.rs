@@ -10,6 +10,7 @@ pub mod duplicate;
 pub mod idempotent;
 pub mod lease;
 pub mod lease_stale;
+pub mod timeout;
 
 use std::time::Duration;
 

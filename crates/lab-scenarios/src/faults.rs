@@ -1,0 +1,131 @@
+//! The fault plane of a scenario run: the proxies on the hops it breaks.
+//!
+//! Every hop a scenario breaks goes through a proxy. By default the proxies are the lab's own
+//! (`faultproxy`, in this process); with `--toxiproxy-url` they are created on that Toxiproxy
+//! server instead. Either way they are configured through the same Toxiproxy HTTP client: the
+//! embedded proxy serves its Toxiproxy API on a loopback port for this run. Proxy names carry the
+//! run id, so runs sharing one Toxiproxy never touch each other's proxies, and the run deletes
+//! the proxies it created when it ends.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+use faultproxy::client::{ClientError, ToxiproxyClient};
+use faultproxy::{FaultProxy, Stream, Toxic, ToxicKind};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// The proxies of one run, and the API that configures them.
+pub struct Faults {
+    client: ToxiproxyClient,
+    /// The embedded proxy and its API server; `None` with an external Toxiproxy.
+    embedded: Option<(FaultProxy, JoinHandle<()>)>,
+    /// Prefixed to every proxy name: `lab_<run>_`.
+    prefix: String,
+    /// Proxies to delete when the run ends.
+    created: Mutex<Vec<String>>,
+}
+
+/// A toxic added to a hop, to be removed again.
+pub struct ToxicHandle {
+    proxy: String,
+    name: String,
+}
+
+impl Faults {
+    /// The embedded proxy, its API on a free loopback port.
+    pub async fn embedded(run_id: &str) -> std::io::Result<Faults> {
+        let proxies = FaultProxy::new();
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let client = ToxiproxyClient::new(&format!("http://{}", listener.local_addr()?));
+        let server = proxies.clone();
+        let task = tokio::spawn(async move {
+            let _ = server.serve_api(listener).await;
+        });
+        Ok(Faults {
+            client,
+            embedded: Some((proxies, task)),
+            prefix: format!("lab_{run_id}_"),
+            created: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A Toxiproxy server somewhere else (`--toxiproxy-url`); checked with `GET /version`.
+    pub async fn external(url: &str, run_id: &str) -> Result<Faults, ClientError> {
+        let client = ToxiproxyClient::new(url);
+        client.version().await?;
+        Ok(Faults {
+            client,
+            embedded: None,
+            prefix: format!("lab_{run_id}_"),
+            created: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Whether the proxies are the lab's own (needed for one-shot faults).
+    pub fn is_embedded(&self) -> bool {
+        self.embedded.is_some()
+    }
+
+    fn full_name(&self, hop: &str) -> String {
+        format!("{}{hop}", self.prefix)
+    }
+
+    /// Puts a proxy in front of `upstream`; returns the address clients must use instead.
+    pub async fn hop(&self, hop: &str, upstream: SocketAddr) -> Result<SocketAddr, ClientError> {
+        let name = self.full_name(hop);
+        let info = self
+            .client
+            .create_proxy(&name, "127.0.0.1:0", &upstream.to_string())
+            .await?;
+        self.created.lock().unwrap().push(name);
+        info.listen.parse().map_err(|e| ClientError::Body {
+            url: self.client.base().to_string(),
+            reason: format!("listen address {:?}: {e}", info.listen),
+        })
+    }
+
+    /// Holds every response on `hop` for `millis` on its way back (a downstream latency toxic).
+    pub async fn slow_responses(&self, hop: &str, millis: u64) -> Result<ToxicHandle, ClientError> {
+        let proxy = self.full_name(hop);
+        let toxic = Toxic::new(
+            ToxicKind::Latency {
+                latency: millis,
+                jitter: 0,
+            },
+            Stream::Downstream,
+        );
+        let created = self.client.add_toxic(&proxy, &toxic).await?;
+        Ok(ToxicHandle {
+            proxy,
+            name: created.name,
+        })
+    }
+
+    /// Removes a toxic: the hop is healthy again.
+    pub async fn remove(&self, toxic: ToxicHandle) -> Result<(), ClientError> {
+        self.client.remove_toxic(&toxic.proxy, &toxic.name).await
+    }
+
+    /// The embedded proxy of a hop, for one-shot faults. `None` with an external Toxiproxy.
+    pub fn embedded_proxy(&self, hop: &str) -> Option<faultproxy::Proxy> {
+        let (proxies, _) = self.embedded.as_ref()?;
+        proxies.get(&self.full_name(hop))
+    }
+
+    /// Deletes the proxies this run created (an external Toxiproxy keeps them otherwise).
+    pub async fn release(&self) {
+        let names = std::mem::take(&mut *self.created.lock().unwrap());
+        for name in names {
+            let _ = self.client.delete_proxy(&name).await;
+        }
+    }
+}
+
+impl Drop for Faults {
+    fn drop(&mut self) {
+        if let Some((_, task)) = &self.embedded {
+            task.abort();
+        }
+    }
+}

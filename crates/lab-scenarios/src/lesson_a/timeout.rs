@@ -1,0 +1,143 @@
+//! `timeout`: a timeout says nothing about the outcome.
+//!
+//! The hop from the worker to the report service goes through the fault proxy, which holds
+//! every response 900 ms on its way back (a downstream latency toxic). Worker A's HTTP client
+//! gives up after 150 ms: the outcome is `unknown`. Right after the timeout we read the report
+//! service's table: the report is there, committed. The toxic is removed and worker A retries
+//! with the same key: 200, the same report; the task is completed.
+//!
+//! The order is fixed by a checkpoint, not by the clock: the service finishes its work in a task
+//! of its own (a client going away does not cancel it), and the scenario reads the table only
+//! once the service has reached its `committed` checkpoint.
+//!
+//! Facts: `first_outcome` = "unknown", `reports_after_timeout` = 1, `retry_status` = 200,
+//! `same_report_id` = true, `reports_total` = 1, `task_status` = "completed".
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lab_core::Msg;
+use lab_infra::Needs;
+use lab_services::reports::COMMITTED;
+use lab_services::tasks;
+use tokio::sync::Notify;
+
+use super::{
+    REPORT_TYPE, ReportApi, STABLE_KEY, TASK_ID, claim, count_reports, post_report, request_msg,
+    send_post, show_reports, show_task, start_report_service, worker_client,
+};
+use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+
+pub const SCENARIO: Scenario = Scenario {
+    name: "timeout",
+    lesson: "A",
+    needs: Needs {
+        postgres: true,
+        redis: false,
+    },
+    faults: FaultUse::Toxics,
+    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+};
+
+/// How long the fault proxy holds each response on its way back.
+const SLOW_RESPONSE_MS: u64 = 900;
+/// How long worker A's HTTP client waits for an answer.
+const CLIENT_TIMEOUT: Duration = Duration::from_millis(150);
+/// The retry's client waits longer: it must not time out on a busy machine, or the run would
+/// tell another story than the one it shows.
+const RETRY_TIMEOUT: Duration = Duration::from_secs(10);
+/// A service that never reaches its commit within this is broken, not slow.
+const COMMIT_LIMIT: Duration = Duration::from_secs(10);
+
+async fn run(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+    let direct = start_report_service(ctx).await?;
+    // Every call of this scenario goes through the proxy on the "reports" hop.
+    let listen = ctx.faults.hop("reports", direct.service.addr).await?;
+    let api = ReportApi {
+        url: format!("http://{listen}"),
+        service: direct.service,
+    };
+
+    tasks::create_task(ctx.pg(), TASK_ID).await?;
+    n.step(Msg::new("step.seed").arg("task", TASK_ID)).await?;
+    show_task(ctx).await?;
+    let attempts = claim(ctx).await?;
+    n.step(
+        Msg::new("step.claim_a")
+            .arg("task", TASK_ID)
+            .arg("attempts", attempts),
+    )
+    .await?;
+    show_task(ctx).await?;
+
+    let slow = ctx
+        .faults
+        .slow_responses("reports", SLOW_RESPONSE_MS)
+        .await?;
+    n.step(
+        Msg::new("step.slow_hop")
+            .arg("delay", SLOW_RESPONSE_MS as i64)
+            .arg("timeout", CLIENT_TIMEOUT.as_millis() as i64),
+    )
+    .await?;
+    n.predict("predict").await?;
+
+    // Worker A's call: the service commits, the proxy holds the answer, the client gives up.
+    let committed = Arc::new(Notify::new());
+    ctx.checkpoints.install(COMMITTED, {
+        let committed = committed.clone();
+        Arc::new(move || {
+            let committed = committed.clone();
+            Box::pin(async move { committed.notify_one() })
+        })
+    });
+    n.step(Msg::new("step.post_a").arg("key", STABLE_KEY))
+        .await?;
+    let client = worker_client(Some(CLIENT_TIMEOUT))?;
+    n.request(request_msg("a", "/reports", Some(STABLE_KEY), REPORT_TYPE));
+    let first = send_post(&client, &api, "/reports", Some(STABLE_KEY), REPORT_TYPE).await?;
+    tokio::time::timeout(COMMIT_LIMIT, committed.notified())
+        .await
+        .map_err(|_| ScenarioError::Broken("the report service never committed".into()))?;
+    ctx.checkpoints.clear(COMMITTED);
+    n.response(first.view());
+
+    n.step("step.look").await?;
+    let reports_after_timeout = count_reports(ctx).await?;
+    let rows = show_reports(ctx).await?;
+    let created_id = rows.first().map(|r| r.id);
+    n.fact("first_outcome", first.outcome.word());
+    n.fact("reports_after_timeout", reports_after_timeout);
+    n.reveal(
+        Msg::new("reveal")
+            .arg("outcome", first.outcome.word())
+            .arg("reports", reports_after_timeout),
+    )
+    .await?;
+
+    ctx.faults.remove(slow).await?;
+    n.step(Msg::new("step.retry").arg("key", STABLE_KEY))
+        .await?;
+    let retry_client = worker_client(Some(RETRY_TIMEOUT))?;
+    let retry = post_report(ctx, &retry_client, &api, "a", Some(STABLE_KEY), REPORT_TYPE).await?;
+    let retry_id = retry.created.as_ref().map(|c| c.report_id);
+    if let Some(report_id) = retry_id {
+        let done = tasks::complete_task(ctx.pg(), TASK_ID, attempts, report_id, true).await?;
+        n.step(Msg::new("step.complete").arg("done", done.to_string()))
+            .await?;
+    }
+    let task = show_task(ctx).await?;
+    show_reports(ctx).await?;
+
+    n.fact("retry_status", retry.status.unwrap_or_default());
+    n.fact(
+        "same_report_id",
+        retry_id.is_some() && retry_id == created_id,
+    );
+    n.fact("reports_total", count_reports(ctx).await?);
+    n.fact("task_status", task.status);
+    n.explain();
+    n.quiz();
+    Ok(())
+}
