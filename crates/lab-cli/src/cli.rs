@@ -90,6 +90,14 @@ pub enum Command {
     },
     /// Show which servers would be used, their versions, and what is missing
     Doctor,
+    /// Serve the bundled services on fixed ports, each behind a fault proxy, with the Toxiproxy
+    /// API on 127.0.0.1:8474, until Ctrl-C
+    Serve {
+        /// Move every port: the API on BASE+4, the report service on BASE+10 (through its
+        /// proxy) and BASE+20 (direct)
+        #[arg(long, value_name = "BASE", default_value_t = crate::commands::DEFAULT_PORT_BASE)]
+        port_base: u16,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

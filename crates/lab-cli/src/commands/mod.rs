@@ -4,6 +4,9 @@ mod check;
 mod doctor;
 mod list;
 mod run;
+mod serve;
+
+pub use serve::DEFAULT_PORT_BASE;
 
 use crate::cli::{Cli, Command};
 use crate::session::{Failure, Interrupts};
@@ -18,6 +21,9 @@ pub async fn dispatch(cli: Cli) -> u8 {
             check::check(&cli.global, names, *bless, &mut interrupts).await
         }
         Command::Doctor => doctor::doctor(&cli.global).await,
+        Command::Serve { port_base } => {
+            serve::serve(&cli.global, *port_base, &mut interrupts).await
+        }
     };
     match result {
         Ok(code) => code,

@@ -16,7 +16,7 @@ use crate::cli::{FormatArg, Global, exit};
 use crate::session::{self, Failure, Guarded, Interrupts};
 
 /// The gate for `--step`: prompts in the learner's language, answers from stdin.
-fn gate(global: &Global, library: &Library, lang: Lang) -> Gate {
+pub(super) fn gate(global: &Global, library: &Library, lang: Lang) -> Gate {
     if !global.step {
         return Gate::default();
     }
@@ -36,7 +36,7 @@ fn gate(global: &Global, library: &Library, lang: Lang) -> Gate {
 }
 
 /// The live renderer on stdout.
-fn sink(global: &Global, library: &Library, lang: Lang, color: bool) -> SharedSink {
+pub(super) fn sink(global: &Global, library: &Library, lang: Lang, color: bool) -> SharedSink {
     let renderer = match global.format {
         FormatArg::Text => Renderer::Text(TextRenderer::new(library.texts.clone(), lang, color)),
         FormatArg::Json => Renderer::Json(JsonRenderer::new(library.texts.clone(), lang)),

@@ -1,0 +1,173 @@
+//! `lab serve`: fixed ports, the Toxiproxy API, the report service through its proxy, a clean
+//! stop on Ctrl-C, and a clear error when a port is taken.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{assert_code, entries, lab, processes_in, shared_tempdir, stderr};
+use serde_json::{Value, json};
+
+/// A port base whose three ports (base+4, +10, +20) are free right now.
+fn free_base() -> u16 {
+    for _ in 0..100 {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let Some(base) = port.checked_sub(4) else {
+            continue;
+        };
+        if base.checked_add(20).is_none() {
+            continue;
+        }
+        let free = [4, 10, 20]
+            .iter()
+            .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok());
+        if free {
+            return base;
+        }
+    }
+    panic!("no free port base found");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_the_report_service_behind_a_proxy_until_ctrl_c() {
+    let tmp = shared_tempdir();
+    let base = free_base();
+    let mut child = lab(&["serve", "--port-base", &base.to_string(), "--lang", "en"])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let banner = tokio::task::spawn_blocking(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut banner = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            banner.push_str(&line);
+            banner.push('\n');
+            if line.starts_with("Try:") {
+                break;
+            }
+        }
+        // Keep draining so the service's narration never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        banner
+    })
+    .await
+    .unwrap();
+    let api = format!("http://127.0.0.1:{}", base + 4);
+    let via_proxy = format!("http://127.0.0.1:{}", base + 10);
+    assert!(
+        banner.contains(&via_proxy) && banner.contains(&api),
+        "{banner}"
+    );
+
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let version: Value = http
+        .get(format!("{api}/version"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(version["version"].is_string(), "{version}");
+
+    // The Idempotency-Key contract, through the proxied port.
+    let post = || {
+        http.post(format!("{via_proxy}/reports"))
+            .header("Idempotency-Key", "report-task-42")
+            .json(&json!({"task_id": 42, "report_type": "monthly"}))
+            .send()
+    };
+    let first = post().await.unwrap();
+    assert_eq!(first.status(), 201);
+    let first: Value = first.json().await.unwrap();
+    let again = post().await.unwrap();
+    assert_eq!(again.status(), 200);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(first["report_id"], again["report_id"]);
+    assert_eq!(again["replayed"], true);
+
+    // A latency toxic added with the API slows the proxied port.
+    let toxic = http
+        .post(format!("{api}/proxies/reports/toxics"))
+        .json(&json!({"type": "latency", "stream": "downstream", "attributes": {"latency": 300}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(toxic.status().is_success());
+    let started = Instant::now();
+    http.get(format!("{via_proxy}/health"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Disabled: refused. Reset: back.
+    http.post(format!("{api}/proxies/reports"))
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .unwrap();
+    let refused = http.get(format!("{via_proxy}/health")).send().await;
+    assert!(
+        refused.is_err_and(|e| e.is_connect()),
+        "a disabled proxy refuses"
+    );
+    http.post(format!("{api}/reset")).send().await.unwrap();
+    let healed = http
+        .get(format!("{via_proxy}/health"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(healed.status(), 200);
+
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        processes_in(tmp.path()),
+        Vec::<String>::new(),
+        "servers left running"
+    );
+    assert_eq!(
+        entries(tmp.path()),
+        Vec::<String>::new(),
+        "temp dirs left behind"
+    );
+}
+
+#[test]
+fn a_taken_port_is_a_clear_environment_error() {
+    let base = free_base();
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", base + 4)).unwrap();
+    let out = lab(&["serve", "--port-base", &base.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_code(&out, 3);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("127.0.0.1:{}", base + 4)) && err.contains("--port-base"),
+        "{err}"
+    );
+}
