@@ -8,6 +8,18 @@
 //! without waiting for the thread that reads stdin in step mode (a blocked read would otherwise
 //! keep the process alive after the last scenario).
 
+/// `println!` that ignores a closed stdout (`lab list | head -1`): output is best effort, and a
+/// panic there would skip stopping the servers.
+macro_rules! say {
+    () => {
+        say!("")
+    };
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 mod cli;
 mod commands;
 mod session;

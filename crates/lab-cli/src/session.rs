@@ -96,12 +96,14 @@ pub async fn start_servers(
     library: &Library,
     lang: Lang,
 ) -> Result<Servers, Failure> {
-    let options = ServerOptions {
-        database_url: global.database_url.clone(),
-        redis_url: global.redis_url.clone(),
+    let options = ServerOptions::new(global.database_url.clone(), global.redis_url.clone());
+    // indicatif draws nothing when stderr is not a terminal: scripts and CI see no spinner. A
+    // spinner is made of escape codes, so NO_COLOR and --color never turn it off too.
+    let spinner = if color(global) {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::hidden()
     };
-    // indicatif draws nothing when stderr is not a terminal: scripts and CI see no spinner.
-    let spinner = ProgressBar::new_spinner();
     spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
     spinner.set_message(
         library
@@ -161,17 +163,31 @@ pub enum Guarded<T> {
     Quit,
 }
 
+/// How long work may take to wind down after `q`: it stops at its next pause by itself (every
+/// pause answers `q` from then on) and releases what it holds on the way out.
+const QUIT_GRACE: Duration = Duration::from_secs(10);
+
 /// Runs `work` until it finishes, Ctrl-C or SIGTERM arrives, or the learner quits step mode.
-/// Dropping the work future stops its services and releases its connections; the caller then
-/// cleans up what the runs left behind and stops the servers.
+/// After Ctrl-C the work is dropped at once (its services stop, its connections close); after
+/// `q` it gets [`QUIT_GRACE`] to end by itself. Either way the caller then cleans up what the runs
+/// left behind and stops the servers.
 pub async fn guarded<T>(
     work: impl Future<Output = T>,
     interrupts: &mut Interrupts,
     gate: &Gate,
 ) -> Guarded<T> {
+    tokio::pin!(work);
     tokio::select! {
-        result = work => Guarded::Finished(result),
+        // Work that has finished wins over a signal that arrives in the same instant: its
+        // cleanup has run, and its result is the true one.
+        biased;
+        result = &mut work => Guarded::Finished(result),
         _ = interrupts.recv() => Guarded::Interrupted,
-        _ = gate.quit_requested() => Guarded::Quit,
+        _ = gate.quit_requested() => {
+            tokio::select! {
+                _ = tokio::time::timeout(QUIT_GRACE, &mut work) => Guarded::Quit,
+                _ = interrupts.recv() => Guarded::Interrupted,
+            }
+        }
     }
 }

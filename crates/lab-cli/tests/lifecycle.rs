@@ -20,6 +20,42 @@ fn two_runs_tell_the_same_story_byte_for_byte() {
     }
 }
 
+/// Twenty runs of every scenario in one `lab` call (one set of servers): the twenty narratives
+/// of a scenario are identical, races and timeouts included.
+#[test]
+fn twenty_runs_of_each_scenario_are_identical() {
+    const RUNS: usize = 20;
+    let names = [
+        "duplicate",
+        "idempotent",
+        "timeout",
+        "concurrent",
+        "lease",
+        "lease-stale",
+    ];
+    let mut args = vec!["run", "--lang", "en"];
+    for name in names {
+        args.extend(std::iter::repeat_n(name, RUNS));
+    }
+    let out = run(&args);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    // Each scenario's narrative starts with its title line.
+    let runs: Vec<&str> = text.split("\n━━ ").skip(1).collect();
+    assert_eq!(runs.len(), names.len() * RUNS);
+    for (i, chunk) in runs.chunks(RUNS).enumerate() {
+        for (n, run) in chunk.iter().enumerate() {
+            assert_eq!(
+                *run,
+                chunk[0],
+                "{}: run {} differs from run 1",
+                names[i],
+                n + 1
+            );
+        }
+    }
+}
+
 #[test]
 fn ctrl_c_mid_run_leaves_no_server_and_no_temp_dir() {
     let tmp = shared_tempdir();
@@ -177,5 +213,46 @@ async fn two_runs_at_once_on_one_server_are_isolated() {
     let mut keys = keys;
     keys.sort();
     assert_eq!(keys, ["lab:notarun:key", "someone:else"]);
+    servers.shutdown().await;
+}
+
+/// `q` in step mode on a given server: the run's schema is dropped, every time (the quit and the
+/// release race; the release must win or leave the run to the abandoned-run cleanup).
+#[tokio::test(flavor = "multi_thread")]
+async fn quitting_on_a_given_server_leaves_no_schema() {
+    let servers = Servers::start(&ServerOptions::default(), Needs::BOTH)
+        .await
+        .unwrap();
+    let pg_url = servers.postgres.as_ref().unwrap().url.clone();
+    let redis_url = servers.redis.as_ref().unwrap().url.clone();
+    for answers in ["q\n", "\nq\n", "\n\n\nq\n", "\n\n\n\n\n\n\n\nq\n"] {
+        let (pg_url, redis_url) = (pg_url.clone(), redis_url.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            let mut child = lab(&["run", "duplicate", "--step"])
+                .args(["--database-url", &pg_url, "--redis-url", &redis_url])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(answers.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        })
+        .await
+        .unwrap();
+        assert_code(&out, 0);
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name ~ '^lab_[0-9a-f]{8}$'",
+        )
+        .fetch_one(&servers.postgres.as_ref().unwrap().admin)
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "a schema was left after answers {answers:?}");
+    }
     servers.shutdown().await;
 }

@@ -81,6 +81,13 @@ impl Gate {
             return Ok(String::new());
         }
         let mut input = stepper.input.lock().await;
+        // Another pause may have read `q` while this one waited for the input.
+        if *stepper.quit.borrow() {
+            return Err(Quit);
+        }
+        if stepper.exhausted.load(Ordering::SeqCst) {
+            return Ok(String::new());
+        }
         let mut stderr = std::io::stderr();
         let _ = write!(stderr, "{}", (stepper.prompt)(kind));
         let _ = stderr.flush();

@@ -22,8 +22,8 @@ impl Lang {
         }
     }
 
-    /// The default when `--lang` is not given: `LAB_LANG` if set, else Russian when the locale
-    /// (`LC_ALL`, `LC_MESSAGES`, `LANG`, in POSIX precedence) starts with `ru`, else English.
+    /// The default when `--lang` is not given: `LAB_LANG` if set, else Russian when `LANG` starts
+    /// with `ru`, else English. Without `LANG`, `LC_ALL` or `LC_MESSAGES` stand in for it.
     pub fn from_env() -> Lang {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -34,7 +34,7 @@ impl Lang {
         if let Some(lang) = var("LAB_LANG").and_then(|v| v.parse().ok()) {
             return lang;
         }
-        let locale = ["LC_ALL", "LC_MESSAGES", "LANG"]
+        let locale = ["LANG", "LC_ALL", "LC_MESSAGES"]
             .iter()
             .filter_map(|name| var(name))
             .find(|value| !value.is_empty())
@@ -91,10 +91,12 @@ mod tests {
     #[test]
     fn russian_locale_means_russian() {
         assert_eq!(pick(&[("LANG", "ru_RU.UTF-8")]), Lang::Ru);
+        // LANG decides, as the CLI documents; LC_ALL only stands in when LANG is unset.
         assert_eq!(
-            pick(&[("LC_ALL", "ru_RU.UTF-8"), ("LANG", "en_US")]),
+            pick(&[("LC_ALL", "C.UTF-8"), ("LANG", "ru_RU.UTF-8")]),
             Lang::Ru
         );
+        assert_eq!(pick(&[("LC_ALL", "ru_RU.UTF-8")]), Lang::Ru);
         assert_eq!(pick(&[("LANG", "de_DE.UTF-8")]), Lang::En);
         assert_eq!(pick(&[]), Lang::En);
     }

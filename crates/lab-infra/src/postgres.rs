@@ -96,8 +96,13 @@ pub async fn start(bins: &PgBinaries) -> Result<ThrowawayPostgres, InfraError> {
         })?;
     }
     let data = dir.path().join("data");
-    let mut initdb = Command::new(&bins.initdb);
-    let init = as_user(&mut initdb, user)
+    // tokio's Command, so the runtime stays free to notice Ctrl-C while initdb works; its own
+    // process group, so a terminal's Ctrl-C reaches only lab; killed if lab drops this future.
+    let mut initdb = tokio::process::Command::new(&bins.initdb);
+    if let Some((uid, gid)) = user {
+        initdb.uid(uid).gid(gid);
+    }
+    let init = initdb
         .arg("-D")
         .arg(&data)
         // trust: only loopback connections, to a cluster that lives for one lab call.
@@ -105,7 +110,10 @@ pub async fn start(bins: &PgBinaries) -> Result<ThrowawayPostgres, InfraError> {
         // --no-sync: the cluster is thrown away; waiting for fsync would only slow the start.
         .arg("--no-sync")
         .stdin(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
         .output()
+        .await
         .map_err(|e| fail(format!("cannot run {}: {e}", bins.initdb.display())))?;
     if !init.status.success() {
         let stderr = String::from_utf8_lossy(&init.stderr);

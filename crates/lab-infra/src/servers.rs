@@ -20,6 +20,41 @@ pub struct ServerOptions {
     pub redis_url: Option<String>,
 }
 
+impl ServerOptions {
+    /// The options from flags or environment; an empty value (`DATABASE_URL=`) counts as unset.
+    pub fn new(database_url: Option<String>, redis_url: Option<String>) -> ServerOptions {
+        let given = |url: Option<String>| url.filter(|u| !u.trim().is_empty());
+        ServerOptions {
+            database_url: given(database_url),
+            redis_url: given(redis_url),
+        }
+    }
+
+    /// Checks that every given URL is a URL of the right kind, whether or not this call needs
+    /// that server: a typo is reported at once, not on the day a scenario needs Redis.
+    pub fn validate(&self) -> Result<(), InfraError> {
+        if let Some(u) = &self.database_url {
+            let normalized = url::normalize_postgres(u)?;
+            normalized
+                .parse::<sqlx::postgres::PgConnectOptions>()
+                .map_err(|e| InfraError::BadUrl {
+                    server: "PostgreSQL",
+                    url: url::redact(u),
+                    reason: e.to_string(),
+                })?;
+        }
+        if let Some(u) = &self.redis_url {
+            let checked = url::check_redis(u)?;
+            redis::Client::open(checked.as_str()).map_err(|e| InfraError::BadUrl {
+                server: "Redis",
+                url: url::redact(u),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(())
+    }
+}
+
 /// Which servers the scenarios of this call need.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Needs {
@@ -124,6 +159,7 @@ impl Servers {
 
     /// Connects to the given servers and starts throwaway ones for the rest of `needs`.
     pub async fn start(options: &ServerOptions, needs: Needs) -> Result<Servers, InfraError> {
+        options.validate()?;
         if let Some(missing) = Servers::missing(options, needs) {
             return Err(InfraError::Missing { missing });
         }

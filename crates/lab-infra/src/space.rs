@@ -99,11 +99,15 @@ impl RunSpace {
             // Close the run's connections first: DROP SCHEMA would wait for their locks.
             pool.close().await;
         }
-        servers.live_runs.lock().unwrap().remove(&self.run_id);
         if keep {
+            servers.live_runs.lock().unwrap().remove(&self.run_id);
             return Ok(());
         }
-        drop_run(servers, &self.run_id).await
+        // The run stays on the list of live runs until its schema is really gone: if this is
+        // cancelled halfway (Ctrl-C, `q`), `clean_abandoned_runs` still knows what to drop.
+        drop_run(servers, &self.run_id).await?;
+        servers.live_runs.lock().unwrap().remove(&self.run_id);
+        Ok(())
     }
 }
 

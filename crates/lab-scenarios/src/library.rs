@@ -98,6 +98,12 @@ pub enum LibraryError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Text(#[from] lab_core::text::TextError),
     #[error("{what} is not valid: {reason}")]
@@ -232,7 +238,7 @@ impl Library {
         };
         let scenario_dir = dir.join(scenario);
         let write = |path: PathBuf, text: &str| {
-            std::fs::write(&path, text).map_err(|source| LibraryError::Read { path, source })
+            std::fs::write(&path, text).map_err(|source| LibraryError::Write { path, source })
         };
         write(scenario_dir.join("expected.json"), &expected_json(facts))?;
         for (lang, text) in narratives {

@@ -154,11 +154,16 @@ fn validate(req: &CreateReport) -> Result<(), ApiError> {
             "task_id must be a positive integer",
         ));
     }
-    if req.report_type.trim().is_empty() || req.report_type.len() > 64 {
+    // Control characters (a NUL byte above all, which PostgreSQL's text type refuses) are a
+    // malformed request, not a database failure.
+    if req.report_type.trim().is_empty()
+        || req.report_type.len() > 64
+        || req.report_type.chars().any(char::is_control)
+    {
         return Err(ApiError::client(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_request",
-            "report_type must be 1 to 64 characters",
+            "report_type must be 1 to 64 printable characters",
         ));
     }
     Ok(())

@@ -211,6 +211,13 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
         (
             f.client
                 .post(f.url("/reports"))
+                .json(&json!({"task_id": 42, "report_type": "a\u{0}b"})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            f.client
+                .post(f.url("/reports"))
                 .header("Idempotency-Key", "   ")
                 .json(&monthly()),
             StatusCode::BAD_REQUEST,

@@ -101,26 +101,26 @@ fn print_text(name: &str, verdict: &Verdict, bless: bool, color: bool) {
         (true, false) => s.red().bold().to_string(),
     };
     if bless {
-        println!("{name:<12} {}", paint("blessed", true));
+        say!("{name:<12} {}", paint("blessed", true));
         return;
     }
     if verdict.ok() {
-        println!("{name:<12} {}", paint("ok (facts, en, ru)", true));
+        say!("{name:<12} {}", paint("ok (facts, en, ru)", true));
         return;
     }
-    println!("{name:<12} {}", paint("DRIFT", false));
+    say!("{name:<12} {}", paint("DRIFT", false));
     for problem in &verdict.fact_problems {
-        println!("  {problem}");
+        say!("  {problem}");
     }
     for (lang, diff) in &verdict.narrative_diffs {
-        println!("  narrative ({lang}) differs:");
+        say!("  narrative ({lang}) differs:");
         for line in diff.lines() {
             let line = match line.chars().next() {
                 Some('+') if color && !line.starts_with("+++") => line.green().to_string(),
                 Some('-') if color && !line.starts_with("---") => line.red().to_string(),
                 _ => line.to_string(),
             };
-            println!("    {line}");
+            say!("    {line}");
         }
     }
 }
@@ -146,7 +146,10 @@ pub async fn check(
     .await
     {
         Guarded::Finished(servers) => servers?,
-        Guarded::Interrupted | Guarded::Quit => return Ok(exit::INTERRUPTED),
+        Guarded::Interrupted | Guarded::Quit => {
+            eprintln!("lab: interrupted; servers and temporary files are cleaned up");
+            return Ok(exit::INTERRUPTED);
+        }
     };
 
     let config = RunConfig {
@@ -158,19 +161,20 @@ pub async fn check(
         for scenario in &scenarios {
             let report =
                 lab_scenarios::run(scenario, &servers, Narrator::recording(), &library, &config)
-                    .await?;
+                    .await
+                    .map_err(scenario_failure)?;
             let rendered = narratives(&library, &report, bless);
             let verdict = judge(&library, &report, &rendered);
             if bless {
                 library
                     .bless(scenario.name, &report.facts, &rendered)
-                    .map_err(|e| ScenarioError::Broken(e.to_string()))?;
+                    .map_err(Failure::environment)?;
             } else {
                 drift |= !verdict.ok();
             }
             match global.format {
                 FormatArg::Text => print_text(scenario.name, &verdict, bless, color),
-                FormatArg::Json => println!(
+                FormatArg::Json => say!(
                     "{}",
                     serde_json::json!({
                         "scenario": scenario.name,
@@ -186,7 +190,7 @@ pub async fn check(
                 ),
             }
         }
-        Ok::<bool, ScenarioError>(drift)
+        Ok::<bool, Failure>(drift)
     };
     let outcome = session::guarded(work, interrupts, &gate).await;
     servers.clean_abandoned_runs().await;
@@ -194,11 +198,22 @@ pub async fn check(
     match outcome {
         Guarded::Finished(Ok(false)) => Ok(exit::OK),
         Guarded::Finished(Ok(true)) => Ok(exit::DRIFT),
-        Guarded::Finished(Err(ScenarioError::Broken(reason))) => Err(Failure {
+        Guarded::Finished(Err(failure)) => Err(failure),
+        Guarded::Interrupted | Guarded::Quit => {
+            eprintln!("lab: interrupted; servers and temporary files are cleaned up");
+            Ok(exit::INTERRUPTED)
+        }
+    }
+}
+
+/// A scenario that could not follow its script is drift (exit 1); anything else that stopped
+/// it (a server gone, a proxy unreachable) is the environment (exit 3).
+fn scenario_failure(e: ScenarioError) -> Failure {
+    match e {
+        ScenarioError::Broken(reason) => Failure {
             code: exit::DRIFT,
-            error: anyhow::anyhow!(reason),
-        }),
-        Guarded::Finished(Err(e)) => Err(Failure::environment(e)),
-        Guarded::Interrupted | Guarded::Quit => Ok(exit::INTERRUPTED),
+            error: anyhow::anyhow!("a scenario could not follow its script: {reason}"),
+        },
+        e => Failure::environment(e),
     }
 }

@@ -1,70 +1,66 @@
 //! `lab doctor`: which servers would be used, their versions, and what is missing.
+//!
+//! Given URLs are checked for real (connect, ask the version), each on its own so a failure is
+//! reported against the server it concerns. Throwaway servers are not started: doctor names the
+//! programs that would be run and their versions.
 
 use faultproxy::client::ToxiproxyClient;
 use lab_infra::servers::Plan;
 use lab_infra::{Needs, ServerOptions, Servers};
 use lab_scenarios::FaultUse;
+use serde_json::json;
 
-use crate::cli::{Global, exit};
+use crate::cli::{FormatArg, Global, exit};
 use crate::session::{self, Failure};
 
-pub async fn doctor(global: &Global) -> Result<u8, Failure> {
-    let options = ServerOptions {
-        database_url: global.database_url.clone(),
-        redis_url: global.redis_url.clone(),
+/// What doctor found about one component: what would be used, or why it cannot be.
+type Finding = Result<String, String>;
+
+/// Connects to one given server and describes it.
+async fn check_given(options: &ServerOptions, needs: Needs) -> Finding {
+    let servers = Servers::start(options, needs)
+        .await
+        .map_err(|e| e.to_string())?;
+    let found = if let Some(pg) = &servers.postgres {
+        format!(
+            "given: {} (PostgreSQL {})",
+            lab_infra::url::redact(&pg.url),
+            pg.version
+        )
+    } else if let Some(r) = &servers.redis {
+        format!(
+            "given: {} (Redis {})",
+            lab_infra::url::redact(&r.url),
+            r.version
+        )
+    } else {
+        String::new()
     };
+    servers.shutdown().await;
+    Ok(found)
+}
+
+pub async fn doctor(global: &Global) -> Result<u8, Failure> {
+    let options = ServerOptions::new(global.database_url.clone(), global.redis_url.clone());
     let Plan {
         mut postgres,
         mut redis,
     } = Servers::plan(&options);
-
-    // Given URLs are checked for real: connect and ask the server its version.
-    let given = Needs {
-        postgres: options.database_url.is_some(),
-        redis: options.redis_url.is_some(),
-    };
-    if given != Needs::default() {
-        match Servers::start(&options, given).await {
-            Ok(servers) => {
-                if let Some(pg) = &servers.postgres {
-                    postgres = Ok(format!(
-                        "given: {} (PostgreSQL {})",
-                        lab_infra::url::redact(&pg.url),
-                        pg.version
-                    ));
-                }
-                if let Some(r) = &servers.redis {
-                    redis = Ok(format!(
-                        "given: {} (Redis {})",
-                        lab_infra::url::redact(&r.url),
-                        r.version
-                    ));
-                }
-                servers.shutdown().await;
-            }
-            Err(e) => {
-                // Attribute the failure to the server it is about.
-                let message = e.to_string();
-                if given.postgres && message.contains("PostgreSQL") {
-                    postgres = Err(message);
-                } else {
-                    redis = Err(message);
-                }
-            }
-        }
+    if options.database_url.is_some() {
+        let only = Needs {
+            postgres: true,
+            redis: false,
+        };
+        postgres = check_given(&options, only).await;
     }
-
-    let all = session::resolve(&[])?;
-    let needs = session::needs(&all);
-    let line = |name: &str, state: &Result<String, String>, needed: bool| match state {
-        Ok(s) => println!("  ok       {name:<11} {s}"),
-        Err(e) if needed => println!("  MISSING  {name:<11} {e}"),
-        Err(e) => println!("  -        {name:<11} {e} (no scenario needs it yet)"),
-    };
-    println!("lab doctor");
-    line("PostgreSQL", &postgres, needs.postgres);
-    line("Redis", &redis, needs.redis);
-    let toxiproxy = match &global.toxiproxy_url {
+    if options.redis_url.is_some() {
+        let only = Needs {
+            postgres: false,
+            redis: true,
+        };
+        redis = check_given(&options, only).await;
+    }
+    let toxiproxy: Finding = match &global.toxiproxy_url {
         None => Ok("embedded (in-process, one per scenario run that breaks a hop)".to_string()),
         Some(url) => ToxiproxyClient::new(url)
             .version()
@@ -72,10 +68,13 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
             .map(|v| format!("given: {url} (Toxiproxy {v})"))
             .map_err(|e| e.to_string()),
     };
-    line("Toxiproxy", &toxiproxy, true);
-    println!();
-    println!("Scenarios and what they need:");
-    for s in &all {
+
+    let all = session::resolve(&[])?;
+    let needs = session::needs(&all);
+    let usable = (postgres.is_ok() || !needs.postgres)
+        && (redis.is_ok() || !needs.redis)
+        && toxiproxy.is_ok();
+    let scenario_needs = |s: &lab_scenarios::Scenario| {
         let mut parts = Vec::new();
         if s.needs.postgres {
             parts.push("PostgreSQL");
@@ -88,19 +87,53 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
             FaultUse::Toxics => parts.push("fault proxy (toxics: a given Toxiproxy works too)"),
             FaultUse::OneShot => parts.push("fault proxy (one-shot faults: embedded only)"),
         }
-        println!("  {:<12} {}", s.name, parts.join(", "));
+        parts
+    };
+
+    match global.format {
+        FormatArg::Json => {
+            let finding = |f: &Finding, needed: bool| match f {
+                Ok(s) => json!({"ok": true, "uses": s}),
+                Err(e) => json!({"ok": false, "needed": needed, "problem": e}),
+            };
+            say!(
+                "{}",
+                json!({
+                    "postgres": finding(&postgres, needs.postgres),
+                    "redis": finding(&redis, needs.redis),
+                    "toxiproxy": finding(&toxiproxy, true),
+                    "scenarios": all.iter().map(|s| json!({
+                        "scenario": s.name,
+                        "needs": scenario_needs(s),
+                        "external_toxiproxy": s.faults != FaultUse::OneShot,
+                    })).collect::<Vec<_>>(),
+                    "usable": usable,
+                })
+            );
+        }
+        FormatArg::Text => {
+            let line = |name: &str, state: &Finding, needed: bool| match state {
+                Ok(s) => say!("  ok       {name:<11} {s}"),
+                Err(e) if needed => say!("  MISSING  {name:<11} {e}"),
+                Err(e) => say!("  -        {name:<11} {e} (no scenario needs it yet)"),
+            };
+            say!("lab doctor");
+            line("PostgreSQL", &postgres, needs.postgres);
+            line("Redis", &redis, needs.redis);
+            line("Toxiproxy", &toxiproxy, true);
+            say!();
+            say!("Scenarios and what they need:");
+            for s in &all {
+                say!("  {:<12} {}", s.name, scenario_needs(s).join(", "));
+            }
+            if !usable {
+                say!();
+                say!(
+                    "Missing servers: install postgresql and redis-server, pass --database-url/--redis-url, \
+                     or run `docker compose up -d` and use the URLs from the README."
+                );
+            }
+        }
     }
-    let usable = (postgres.is_ok() || !needs.postgres)
-        && (redis.is_ok() || !needs.redis)
-        && toxiproxy.is_ok();
-    if usable {
-        Ok(exit::OK)
-    } else {
-        println!();
-        println!(
-            "Missing servers: install postgresql and redis-server, pass --database-url/--redis-url, \
-             or run `docker compose up -d` and use the URLs from the README."
-        );
-        Ok(exit::ENVIRONMENT)
-    }
+    Ok(if usable { exit::OK } else { exit::ENVIRONMENT })
 }

@@ -17,7 +17,7 @@ pub fn list(global: &Global) -> Result<u8, Failure> {
     for scenario in lab_scenarios::CATALOGUE {
         let summary = render(scenario.name, "summary");
         match global.format {
-            FormatArg::Json => println!(
+            FormatArg::Json => say!(
                 "{}",
                 serde_json::json!({
                     "scenario": scenario.name,
@@ -26,7 +26,7 @@ pub fn list(global: &Global) -> Result<u8, Failure> {
                     "summary": summary,
                 })
             ),
-            FormatArg::Text => println!("{:<width$}  {summary}", scenario.name),
+            FormatArg::Text => say!("{:<width$}  {summary}", scenario.name),
         }
     }
     Ok(exit::OK)

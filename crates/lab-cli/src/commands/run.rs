@@ -1,5 +1,6 @@
 //! `lab run NAME...`: run scenarios, narrated, on one set of servers.
 
+use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 
 use anyhow::anyhow;
@@ -8,6 +9,7 @@ use lab_core::narrator::SharedSink;
 use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink};
 use lab_core::text::COMMON;
 use lab_core::{Gate, Lang, Msg, Narrator};
+use lab_infra::url::redact;
 use lab_infra::{Origin, Servers};
 use lab_scenarios::{KeptRun, Library, RunConfig, ScenarioError};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -44,14 +46,23 @@ pub(super) fn sink(global: &Global, library: &Library, lang: Lang, color: bool) 
     Arc::new(Mutex::new(WriteSink::new(renderer, std::io::stdout())))
 }
 
-/// Tells how to look at a kept run (on stderr: run ids are not part of the narrative).
+/// Tells how to look at a kept run (on stderr: run ids are not part of the narrative). A
+/// password in a URL is not printed; psql asks for it (or reads PGPASSWORD).
 fn print_kept(kept: &KeptRun) {
-    eprintln!("lab: kept schema {} and keys {}*", kept.schema, kept.prefix);
+    eprintln!("lab: kept schema {}", kept.schema);
     if let Some(url) = &kept.pg_url {
-        eprintln!("  psql '{url}' -c '\\dt' -c 'SELECT * FROM tasks' -c 'SELECT * FROM reports'");
+        eprintln!(
+            "  psql '{}' -c '\\dt' -c 'SELECT * FROM tasks' -c 'SELECT * FROM reports'",
+            redact(url)
+        );
     }
     if let Some(url) = &kept.redis_url {
-        eprintln!("  redis-cli -u '{url}' --scan --pattern '{}*'", kept.prefix);
+        eprintln!("lab: kept keys {}*", kept.prefix);
+        eprintln!(
+            "  redis-cli -u '{}' --scan --pattern '{}*'",
+            redact(url),
+            kept.prefix
+        );
     }
 }
 
@@ -75,7 +86,10 @@ pub async fn run(
     .await
     {
         Guarded::Finished(servers) => servers?,
-        Guarded::Interrupted => return Ok(exit::INTERRUPTED),
+        Guarded::Interrupted => {
+            eprintln!("lab: interrupted; servers and temporary files are cleaned up");
+            return Ok(exit::INTERRUPTED);
+        }
         Guarded::Quit => return Ok(exit::OK),
     };
 
@@ -138,6 +152,13 @@ async fn wait_before_stopping_kept(servers: &Servers, interrupts: &mut Interrupt
             .as_ref()
             .is_some_and(|r| r.origin == Origin::Throwaway);
     if !throwaway {
+        return;
+    }
+    if !std::io::stdin().is_terminal() {
+        eprintln!(
+            "lab: --keep with throwaway servers: they stop now, with the data; to inspect a run \
+             afterwards, run in a terminal (lab waits for Enter) or pass --database-url/--redis-url"
+        );
         return;
     }
     eprintln!("lab: the throwaway servers stay up for inspection; press Enter to stop them");

@@ -72,51 +72,51 @@ fn print_endpoints(ports: &Ports, servers: &Servers, space: &RunSpace) {
         reports_direct,
     } = ports;
     let proxied = format!("http://127.0.0.1:{reports_proxy}");
-    println!("lab serve: the bundled services on 127.0.0.1 (Ctrl-C stops everything)");
-    println!();
-    println!("  service          through the fault proxy      direct");
-    println!(
+    say!("lab serve: the bundled services on 127.0.0.1 (Ctrl-C stops everything)");
+    say!();
+    say!("  service          through the fault proxy      direct");
+    say!(
         "  {:<16} {proxied:<28} http://127.0.0.1:{reports_direct}",
         "report service"
     );
-    println!(
+    say!(
         "  {:<16} http://127.0.0.1:{api}  (proxy \"reports\": 127.0.0.1:{reports_proxy} → 127.0.0.1:{reports_direct})",
         "Toxiproxy API"
     );
     if let Some(url) = &space.pg_url {
-        println!("  {:<16} {url}", "PostgreSQL");
+        say!("  {:<16} {url}", "PostgreSQL");
     }
     if let Some(redis) = &servers.redis {
         let origin = match redis.origin {
             Origin::Given => "given",
             Origin::Throwaway => "throwaway",
         };
-        println!(
+        say!(
             "  {:<16} {} ({origin}; keys of this session: {}*)",
-            "Redis", redis.url, space.prefix
+            "Redis",
+            redis.url,
+            space.prefix
         );
     }
-    println!();
-    println!("Try:");
-    println!(
-        "  # create a report, then send the same request again: 201, then 200 with the same id"
-    );
-    println!(
+    say!();
+    say!("Try:");
+    say!("  # create a report, then send the same request again: 201, then 200 with the same id");
+    say!(
         "  curl -i -X POST http://127.0.0.1:{reports_proxy}/reports -H 'Content-Type: application/json' \\\n       -H 'Idempotency-Key: report-task-42' -d '{{\"task_id\":42,\"report_type\":\"monthly\"}}'"
     );
-    println!("  # hold every answer of the report service 900 ms on its way back");
-    println!(
+    say!("  # hold every answer of the report service 900 ms on its way back");
+    say!(
         "  curl -s -X POST http://127.0.0.1:{api}/proxies/reports/toxics -H 'Content-Type: application/json' \\\n       -d '{{\"type\":\"latency\",\"stream\":\"downstream\",\"attributes\":{{\"latency\":900}}}}'"
     );
-    println!("  # a client that waits 150 ms: a timeout, yet the report is created");
-    println!(
+    say!("  # a client that waits 150 ms: a timeout, yet the report is created");
+    say!(
         "  curl -i --max-time 0.15 -X POST http://127.0.0.1:{reports_proxy}/reports -H 'Content-Type: application/json' \\\n       -H 'Idempotency-Key: report-task-43' -d '{{\"task_id\":43,\"report_type\":\"monthly\"}}'"
     );
-    println!("  curl -s http://127.0.0.1:{reports_direct}/reports");
-    println!("  # take the service off the network, then heal everything");
-    println!("  curl -s -X POST http://127.0.0.1:{api}/proxies/reports -d '{{\"enabled\":false}}'");
-    println!("  curl -s -X POST http://127.0.0.1:{api}/reset");
-    println!();
+    say!("  curl -s http://127.0.0.1:{reports_direct}/reports");
+    say!("  # take the service off the network, then heal everything");
+    say!("  curl -s -X POST http://127.0.0.1:{api}/proxies/reports -d '{{\"enabled\":false}}'");
+    say!("  curl -s -X POST http://127.0.0.1:{api}/reset");
+    say!();
 }
 
 pub async fn serve(

@@ -31,6 +31,29 @@ pub fn render_text(texts: &Arc<Texts>, lang: Lang, events: &[Event]) -> String {
     events.iter().map(|e| renderer.render(e)).collect()
 }
 
+/// The words of a line for wrapping, with `=` and `→` glued to their neighbours: `attempts = 2`
+/// never breaks across lines.
+fn glued_words(line: &str) -> Vec<String> {
+    let mut words: Vec<String> = Vec::new();
+    let mut glue_next = false;
+    for word in line.split_whitespace() {
+        let joiner = matches!(word, "=" | "→");
+        match words.last_mut() {
+            Some(last) if joiner || glue_next => {
+                last.push(' ');
+                last.push_str(word);
+            }
+            _ => words.push(word.to_string()),
+        }
+        glue_next = joiner;
+    }
+    words
+}
+
+/// The width prose is wrapped to. Tables, requests and responses are not wrapped: their lines
+/// are data, and a broken JSON body is harder to read than a long line.
+const WIDTH: usize = 100;
+
 enum Style {
     Title,
     Bold,
@@ -77,16 +100,43 @@ impl TextRenderer {
         }
     }
 
-    /// Indents every line of a multi-line text.
-    fn indent(text: &str, by: &str) -> String {
-        text.trim_end()
-            .lines()
-            .map(|l| {
-                if l.is_empty() {
-                    "\n".to_string()
-                } else {
-                    format!("{by}{l}\n")
+    /// Word-wraps prose to [`WIDTH`] columns (a projector shows about a hundred). Each line the
+    /// author wrote is wrapped on its own, keeping its indentation, so deliberate line breaks
+    /// and indented SQL stay as written. The first output line gets `first` in front, every
+    /// other line `rest`; blank lines stay blank. Returns complete lines.
+    fn wrap(text: &str, first: &str, rest: &str) -> String {
+        let mut lines: Vec<String> = Vec::new();
+        for source in text.trim_end().lines() {
+            if source.trim().is_empty() {
+                lines.push(String::new());
+                continue;
+            }
+            let lead: String = source.chars().take_while(|c| *c == ' ').collect();
+            let mut line = lead.clone();
+            let mut has_word = false;
+            for word in glued_words(source) {
+                let prefix = if lines.is_empty() { first } else { rest };
+                let width =
+                    prefix.chars().count() + line.chars().count() + 1 + word.chars().count();
+                if has_word && width > WIDTH {
+                    lines.push(std::mem::replace(&mut line, lead.clone()));
+                    has_word = false;
                 }
+                if has_word {
+                    line.push(' ');
+                }
+                line.push_str(&word);
+                has_word = true;
+            }
+            lines.push(line);
+        }
+        lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| match (i, l.is_empty()) {
+                (_, true) => "\n".to_string(),
+                (0, false) => format!("{first}{l}\n"),
+                (_, false) => format!("{rest}{l}\n"),
             })
             .collect()
     }
@@ -113,7 +163,7 @@ impl TextRenderer {
                 format!(
                     "\n{}\n\n{}\n",
                     self.paint(&title, Style::Title),
-                    Self::indent(&self.key("story"), "")
+                    Self::wrap(&self.key("story"), "", "")
                 )
             }
             Event::Side { text } => {
@@ -121,14 +171,10 @@ impl TextRenderer {
                 format!("{}{}\n\n", self.gap(), self.paint(&line, Style::Bold))
             }
             Event::Step { number, text } => {
-                let text = self.t(text);
-                let mut lines = text.lines();
-                let first = format!("{number:>2}. {}", lines.next().unwrap_or_default());
-                let mut out = format!("{}\n", self.paint(&first, Style::Bold));
-                for line in lines {
-                    let _ = writeln!(out, "    {line}");
-                }
-                out
+                let text = Self::wrap(&self.t(text), &format!("{number:>2}. "), "    ");
+                // The step's first line stands out; its continuation does not.
+                let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+                format!("{}\n{rest}", self.paint(first, Style::Bold))
             }
             Event::Request { text } => format!("    → {}\n", self.t(text)),
             Event::Response {
@@ -164,21 +210,29 @@ impl TextRenderer {
                 format!("      {}\n", self.paint(&line, Style::Dim))
             }
             Event::State { table } => self.table(table),
-            Event::Note { text } => Self::indent(&self.t(text), "    "),
+            Event::Note { text } => Self::wrap(&self.t(text), "    ", "    "),
             Event::Predict { prefix } => {
-                let mut out = format!(
-                    "\n {} {}\n",
-                    self.paint(
-                        &format!("? {}:", self.key("label.predict")),
-                        Style::Question
-                    ),
-                    self.key(&format!("{prefix}.question"))
+                let label = format!("? {}: ", self.key("label.predict"));
+                let question = Self::wrap(
+                    &self.key(&format!("{prefix}.question")),
+                    &format!(" {label}"),
+                    "   ",
                 );
+                let question = question.replacen(
+                    &label,
+                    &format!("{} ", self.paint(label.trim_end(), Style::Question)),
+                    1,
+                );
+                let mut out = format!("{}{question}", self.gap());
                 let options = self
                     .texts
                     .list(&self.scope, self.lang, &format!("{prefix}.options"));
                 for (letter, option) in ('a'..='z').zip(options) {
-                    let _ = writeln!(out, "     {letter}) {option}");
+                    out.push_str(&Self::wrap(
+                        &option,
+                        &format!("     {letter}) "),
+                        "        ",
+                    ));
                 }
                 out.push('\n');
                 out
@@ -187,19 +241,14 @@ impl TextRenderer {
                 format!("    {}: {answer}\n", self.key("label.your_answer"))
             }
             Event::Reveal { answer } => {
-                let answer = self.t(answer);
-                let mut lines = answer.lines();
-                let mut out = format!(
-                    "{} {} {}\n",
-                    self.gap(),
-                    self.paint(&format!("! {}:", self.key("label.answer")), Style::Answer),
-                    lines.next().unwrap_or_default()
+                let label = format!("! {}: ", self.key("label.answer"));
+                let answer = Self::wrap(&self.t(answer), &format!(" {label}"), "   ");
+                let answer = answer.replacen(
+                    &label,
+                    &format!("{} ", self.paint(label.trim_end(), Style::Answer)),
+                    1,
                 );
-                for line in lines {
-                    let _ = writeln!(out, "   {line}");
-                }
-                out.push('\n');
-                out
+                format!("{}{answer}\n", self.gap())
             }
             // Facts are shown together in the summary table.
             Event::Fact { .. } => String::new(),
@@ -207,7 +256,7 @@ impl TextRenderer {
                 "{}{}\n{}",
                 self.gap(),
                 self.paint(&self.key("label.explain"), Style::Title),
-                Self::indent(&self.key("explain"), "  ")
+                Self::wrap(&self.key("explain"), "  ", "  ")
             ),
             Event::Quiz => {
                 let mut out = format!(
@@ -221,7 +270,7 @@ impl TextRenderer {
                     .iter()
                     .enumerate()
                 {
-                    let _ = writeln!(out, "  {}. {q}", i + 1);
+                    out.push_str(&Self::wrap(q, &format!("  {}. ", i + 1), "     "));
                 }
                 out
             }
@@ -316,5 +365,30 @@ impl TextRenderer {
         };
         let _ = writeln!(out, "\n{verdict}");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prose_wraps_at_the_width_and_keeps_authored_breaks() {
+        let long = "word ".repeat(60);
+        let text = format!("{long}\n  indented line\n\nnext paragraph");
+        let out = TextRenderer::wrap(&text, " 1. ", "    ");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines.iter().all(|l| l.chars().count() <= WIDTH), "{out}");
+        assert!(lines[0].starts_with(" 1. word"));
+        assert!(lines[1].starts_with("    word"));
+        assert!(lines.contains(&"      indented line"), "{out}");
+        assert!(lines.contains(&""), "the blank line stays: {out}");
+    }
+
+    #[test]
+    fn an_assignment_is_never_split() {
+        let text = format!("{} attempts = 2 and more", "x".repeat(88));
+        let out = TextRenderer::wrap(&text, "", "");
+        assert!(out.contains("attempts = 2"), "{out}");
     }
 }

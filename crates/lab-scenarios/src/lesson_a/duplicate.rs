@@ -33,7 +33,7 @@ pub const SCENARIO: Scenario = Scenario {
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     let api = start_report_service(ctx).await?;
-    let (first, attempts_b) = crash_after_post(ctx, &api, None).await?;
+    let (first, attempts_b) = crash_after_post(ctx, &api, None, Msg::new("step.post_a")).await?;
     let first_id = first
         .created
         .ok_or_else(|| ScenarioError::Broken("worker A's POST created no report".into()))?

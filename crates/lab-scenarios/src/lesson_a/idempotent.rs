@@ -42,7 +42,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let client = worker_client(None)?;
 
     n.side(Msg::new("side.stable").arg("key", STABLE_KEY));
-    let (first, attempts_b) = crash_after_post(ctx, &api, Some(STABLE_KEY)).await?;
+    let (first, attempts_b) =
+        crash_after_post(ctx, &api, Some(STABLE_KEY), Msg::new("step.post_a")).await?;
     let first_created = first
         .created
         .ok_or_else(|| ScenarioError::Broken("worker A's POST created no report".into()))?;
@@ -85,7 +86,13 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     reset_tables(ctx).await?;
     n.note("note.reset");
     let key_a = per_attempt_key(1);
-    let (_, attempts_b) = crash_after_post(ctx, &api, Some(&key_a)).await?;
+    let (_, attempts_b) = crash_after_post(
+        ctx,
+        &api,
+        Some(&key_a),
+        Msg::new("step.post_a_attempt").arg("key", &key_a),
+    )
+    .await?;
     let key_b = per_attempt_key(attempts_b);
     n.step(Msg::new("step.post_b_attempt").arg("key", &key_b))
         .await?;

@@ -12,7 +12,7 @@ use lab_core::Msg;
 use lab_infra::Needs;
 use lab_services::tasks;
 
-use super::{TASK_ID, claim, complete, show_task};
+use super::{TASK_ID, claim, complete, seed_and_claim_a, show_task};
 use crate::{Ctx, FaultUse, Scenario, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
@@ -32,18 +32,7 @@ const RESULT_B: i64 = 2002;
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
-    tasks::create_task(ctx.pg(), TASK_ID).await?;
-    n.step(Msg::new("step.seed").arg("task", TASK_ID)).await?;
-    show_task(ctx).await?;
-
-    let attempts_a = claim(ctx).await?;
-    n.step(
-        Msg::new("step.claim_a")
-            .arg("task", TASK_ID)
-            .arg("attempts", attempts_a),
-    )
-    .await?;
-    show_task(ctx).await?;
+    let attempts_a = seed_and_claim_a(ctx).await?;
 
     tasks::expire_lease(ctx.pg(), TASK_ID).await?;
     n.step(Msg::new("step.expire").arg("lease", tasks::LEASE.as_secs() as i64))

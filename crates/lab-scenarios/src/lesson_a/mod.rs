@@ -175,6 +175,24 @@ pub async fn post_report(
     Ok(result)
 }
 
+/// The opening every scenario of the lesson shares: task 42 is created, worker A claims it.
+/// Returns worker A's attempts.
+pub async fn seed_and_claim_a(ctx: &Ctx) -> Result<i32, ScenarioError> {
+    let n = &ctx.narrator;
+    tasks::create_task(ctx.pg(), TASK_ID).await?;
+    n.step(Msg::new("step.seed").arg("task", TASK_ID)).await?;
+    show_task(ctx).await?;
+    let attempts = claim(ctx).await?;
+    n.step(
+        Msg::new("step.claim_a")
+            .arg("task", TASK_ID)
+            .arg("attempts", attempts),
+    )
+    .await?;
+    show_task(ctx).await?;
+    Ok(attempts)
+}
+
 /// Claims the task for a worker, or fails the scenario if the claim found nothing to claim.
 pub async fn claim(ctx: &Ctx) -> Result<i32, ScenarioError> {
     tasks::claim_task(ctx.pg(), TASK_ID, tasks::LEASE)
@@ -256,30 +274,20 @@ pub async fn reset_tables(ctx: &Ctx) -> Result<(), ScenarioError> {
 }
 
 /// The crash-and-retry story both `duplicate` and `idempotent` tell, up to worker B's claim:
-/// task 42 is created, worker A claims it and POSTs with `key_a`, crashes before completing, the
-/// lease expires (simulated), and worker B claims it again. Returns worker A's result and
-/// worker B's attempts.
+/// task 42 is created, worker A claims it and POSTs with `key_a` (the step told as `post_a`),
+/// crashes before completing, the lease expires (simulated), and worker B claims it again.
+/// Returns worker A's result and worker B's attempts.
 pub async fn crash_after_post(
     ctx: &Ctx,
     api: &ReportApi,
     key_a: Option<&str>,
+    post_a: Msg,
 ) -> Result<(PostResult, i32), ScenarioError> {
     let n = &ctx.narrator;
     let client = worker_client(None)?;
-    tasks::create_task(ctx.pg(), TASK_ID).await?;
-    n.step(Msg::new("step.seed").arg("task", TASK_ID)).await?;
-    show_task(ctx).await?;
+    let _attempts_a = seed_and_claim_a(ctx).await?;
 
-    let attempts_a = claim(ctx).await?;
-    n.step(
-        Msg::new("step.claim_a")
-            .arg("task", TASK_ID)
-            .arg("attempts", attempts_a),
-    )
-    .await?;
-    show_task(ctx).await?;
-
-    n.step("step.post_a").await?;
+    n.step(post_a).await?;
     let first = post_report(ctx, &client, api, "a", key_a, REPORT_TYPE).await?;
     let reports = count_reports(ctx).await?;
     let task = show_task(ctx).await?;

@@ -23,8 +23,8 @@ use lab_services::tasks;
 use tokio::sync::Notify;
 
 use super::{
-    REPORT_TYPE, ReportApi, STABLE_KEY, TASK_ID, claim, count_reports, post_report, request_msg,
-    send_post, show_reports, show_task, start_report_service, worker_client,
+    REPORT_TYPE, ReportApi, STABLE_KEY, TASK_ID, count_reports, post_report, request_msg,
+    seed_and_claim_a, send_post, show_reports, show_task, start_report_service, worker_client,
 };
 use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
@@ -59,17 +59,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         service: direct.service,
     };
 
-    tasks::create_task(ctx.pg(), TASK_ID).await?;
-    n.step(Msg::new("step.seed").arg("task", TASK_ID)).await?;
-    show_task(ctx).await?;
-    let attempts = claim(ctx).await?;
-    n.step(
-        Msg::new("step.claim_a")
-            .arg("task", TASK_ID)
-            .arg("attempts", attempts),
-    )
-    .await?;
-    show_task(ctx).await?;
+    let attempts = seed_and_claim_a(ctx).await?;
 
     let slow = ctx
         .faults
