@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -27,7 +28,7 @@ pub enum ClientError {
     },
     #[error("Toxiproxy API {method} {url} answered {status}: {message}")]
     Status {
-        method: &'static str,
+        method: String,
         url: String,
         status: u16,
         message: String,
@@ -63,16 +64,12 @@ impl ToxiproxyClient {
 
     async fn call<T: DeserializeOwned>(
         &self,
-        method: &'static str,
+        method: Method,
         path: &str,
         body: Option<Value>,
     ) -> Result<Option<T>, ClientError> {
         let url = format!("{}{path}", self.base);
-        let mut request = match method {
-            "GET" => self.http.get(&url),
-            "DELETE" => self.http.delete(&url),
-            _ => self.http.post(&url),
-        };
+        let mut request = self.http.request(method.clone(), &url);
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -97,7 +94,7 @@ impl ToxiproxyClient {
                 .and_then(|v| v["error"].as_str().map(str::to_string))
                 .unwrap_or(text);
             return Err(ClientError::Status {
-                method,
+                method: method.to_string(),
                 url,
                 status,
                 message,
@@ -124,7 +121,7 @@ impl ToxiproxyClient {
     /// The server's version (`GET /version`): Toxiproxy 2.x answers `{"version": "2.x.y"}`,
     /// older ones a bare string.
     pub async fn version(&self) -> Result<String, ClientError> {
-        let value: Option<Value> = self.call("GET", "/version", None).await?;
+        let value: Option<Value> = self.call(Method::GET, "/version", None).await?;
         Ok(match value {
             Some(Value::Object(map)) => map
                 .get("version")
@@ -144,14 +141,14 @@ impl ToxiproxyClient {
         upstream: &str,
     ) -> Result<ProxyInfo, ClientError> {
         let body = json!({"name": name, "listen": listen, "upstream": upstream, "enabled": true});
-        let info = self.call("POST", "/proxies", Some(body)).await?;
+        let info = self.call(Method::POST, "/proxies", Some(body)).await?;
         self.expect("/proxies", info)
     }
 
     /// Reads a proxy (`GET /proxies/{name}`).
     pub async fn proxy(&self, name: &str) -> Result<ProxyInfo, ClientError> {
         let path = format!("/proxies/{name}");
-        let info = self.call("GET", &path, None).await?;
+        let info = self.call(Method::GET, &path, None).await?;
         self.expect(&path, info)
     }
 
@@ -159,14 +156,14 @@ impl ToxiproxyClient {
     pub async fn set_enabled(&self, name: &str, enabled: bool) -> Result<ProxyInfo, ClientError> {
         let path = format!("/proxies/{name}");
         let info = self
-            .call("POST", &path, Some(json!({"enabled": enabled})))
+            .call(Method::POST, &path, Some(json!({"enabled": enabled})))
             .await?;
         self.expect(&path, info)
     }
 
     /// Deletes a proxy (`DELETE /proxies/{name}`).
     pub async fn delete_proxy(&self, name: &str) -> Result<(), ClientError> {
-        self.call::<Value>("DELETE", &format!("/proxies/{name}"), None)
+        self.call::<Value>(Method::DELETE, &format!("/proxies/{name}"), None)
             .await
             .map(drop)
     }
@@ -175,19 +172,25 @@ impl ToxiproxyClient {
     pub async fn add_toxic(&self, proxy: &str, toxic: &Toxic) -> Result<Toxic, ClientError> {
         let path = format!("/proxies/{proxy}/toxics");
         let body = serde_json::to_value(toxic).expect("a toxic serialises");
-        let created = self.call("POST", &path, Some(body)).await?;
+        let created = self.call(Method::POST, &path, Some(body)).await?;
         self.expect(&path, created)
     }
 
     /// Removes a toxic (`DELETE /proxies/{name}/toxics/{toxic}`).
     pub async fn remove_toxic(&self, proxy: &str, toxic: &str) -> Result<(), ClientError> {
-        self.call::<Value>("DELETE", &format!("/proxies/{proxy}/toxics/{toxic}"), None)
-            .await
-            .map(drop)
+        self.call::<Value>(
+            Method::DELETE,
+            &format!("/proxies/{proxy}/toxics/{toxic}"),
+            None,
+        )
+        .await
+        .map(drop)
     }
 
     /// Re-enables every proxy and removes every toxic (`POST /reset`).
     pub async fn reset(&self) -> Result<(), ClientError> {
-        self.call::<Value>("POST", "/reset", None).await.map(drop)
+        self.call::<Value>(Method::POST, "/reset", None)
+            .await
+            .map(drop)
     }
 }

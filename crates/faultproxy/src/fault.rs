@@ -12,7 +12,10 @@
 //!   about to respond"); then the fault is aimed at the connections open at that
 //!   moment, and the first of them to reach the fault's moment (for
 //!   `ResponseLostAfterCommit`: the first bytes of the response) takes the hit.
-//!   Each fire is one use.
+//!   Each fire is one use. "Open" means every connection, idle ones too: an idle
+//!   keep-alive connection of a pooling client is aimed at as well, and if it happens
+//!   to carry the next reply it takes the hit. Scenarios that fire triggers therefore
+//!   use clients without connection reuse, one connection per request.
 //!
 //! Either way the caller gets an [`ArmedFault`] handle, whose [`ArmedFault::fired`]
 //! resolves once the learner-visible damage has happened (the RST was sent, the

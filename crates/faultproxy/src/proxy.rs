@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -117,6 +117,12 @@ pub(crate) struct ProxyShared {
     faults: Mutex<Vec<Arc<FaultState>>>,
     connections: Mutex<HashMap<u64, Arc<ConnectionShared>>>,
     next_connection_id: AtomicU64,
+    /// How many chunks are held by a delaying toxic right now (observable, for tests and for
+    /// anyone wondering where their bytes are).
+    held: Arc<AtomicUsize>,
+    /// Set (under the `accept_loop` lock) when the proxy is deleted or replaced: an update
+    /// racing with the delete, holding an old handle, must not bring the listener back.
+    removed: AtomicBool,
 }
 
 impl ProxyShared {
@@ -232,6 +238,8 @@ impl Proxy {
                 faults: Mutex::new(Vec::new()),
                 connections: Mutex::new(HashMap::new()),
                 next_connection_id: AtomicU64::new(0),
+                held: Arc::new(AtomicUsize::new(0)),
+                removed: AtomicBool::new(false),
             }),
         };
         if enabled {
@@ -296,6 +304,9 @@ impl Proxy {
         }
 
         let mut accept_loop = self.shared.accept_loop.lock().await;
+        if self.shared.removed.load(Ordering::SeqCst) {
+            return Err(Error::ProxyNotFound(self.shared.name.clone()));
+        }
         let current = self.shared.settings();
         let new_listen = new_listen
             .filter(|(listen, addr)| !current.listens_on(listen) && *addr != current.listen_addr);
@@ -342,12 +353,15 @@ impl Proxy {
 
     /// Stops listening and cuts every connection (for delete and replace).
     pub(crate) async fn shutdown(&self) {
-        stop_accepting(&mut *self.shared.accept_loop.lock().await).await;
+        let mut accept_loop = self.shared.accept_loop.lock().await;
+        self.shared.removed.store(true, Ordering::SeqCst);
+        stop_accepting(&mut accept_loop).await;
         self.shared.cut_all_connections();
     }
 
     /// Like [`Self::shutdown`], without waiting (for `Drop`).
     pub(crate) fn shutdown_now(&self) {
+        self.shared.removed.store(true, Ordering::SeqCst);
         if let Ok(mut accept_loop) = self.shared.accept_loop.try_lock()
             && let Some(task) = accept_loop.take()
         {
@@ -358,6 +372,11 @@ impl Proxy {
 
     pub fn toxics(&self) -> Vec<Toxic> {
         self.shared.toxics.borrow().clone()
+    }
+
+    /// How many chunks a latency or reset_peer toxic is holding back right now.
+    pub fn held_chunks(&self) -> usize {
+        self.shared.held.load(Ordering::SeqCst)
     }
 
     pub fn toxic(&self, name: &str) -> Option<Toxic> {
@@ -708,7 +727,7 @@ async fn pump(
     let (queue, queued) = mpsc::channel(CHUNKS_IN_FLIGHT);
     let direction = Direction {
         stream,
-        toxics: ToxicChain::new(stream, proxy.toxics.subscribe()),
+        toxics: ToxicChain::new(stream, proxy.toxics.subscribe(), proxy.held.clone()),
         connection,
         hold_until: None,
     };

@@ -11,6 +11,8 @@
 //!   while a connection is open applies to that connection from its next chunk on.
 
 use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -325,15 +327,25 @@ pub(crate) struct ToxicChain {
     config: watch::Receiver<Vec<Toxic>>,
     applied: Vec<AppliedToxic>,
     rng: Rng,
+    /// A change of the toxic list was seen during a wait and not yet taken in.
+    stale: bool,
+    /// The proxy's count of chunks held by a wait (see `Proxy::held_chunks`).
+    held: Arc<AtomicUsize>,
 }
 
 impl ToxicChain {
-    pub(crate) fn new(stream: Stream, config: watch::Receiver<Vec<Toxic>>) -> ToxicChain {
+    pub(crate) fn new(
+        stream: Stream,
+        config: watch::Receiver<Vec<Toxic>>,
+        held: Arc<AtomicUsize>,
+    ) -> ToxicChain {
         let mut chain = ToxicChain {
             stream,
             config,
             applied: Vec::new(),
             rng: Rng::new(),
+            stale: false,
+            held,
         };
         chain.sync_with_config();
         chain
@@ -414,15 +426,20 @@ impl ToxicChain {
             }
             match self.applied[index].toxic.kind {
                 ToxicKind::Latency { latency, jitter } => {
-                    let delay_ms = (latency as i128 + self.rng.spread(jitter)).max(0) as u64;
+                    let spread = latency as i128 + self.rng.spread(jitter);
+                    let delay_ms = spread.clamp(0, u64::MAX as i128) as u64;
                     // Counted from the chunk's arrival, not from now: a chunk that
                     // queued behind a delayed one is not delayed a second time.
-                    sleep_until(later(arrived, Duration::from_millis(delay_ms))).await;
+                    let deadline = later(arrived, Duration::from_millis(delay_ms));
+                    self.wait_while_in_force(index, deadline).await;
                 }
                 ToxicKind::Timeout { .. } => return Verdict::Swallow,
                 ToxicKind::ResetPeer { timeout } => {
-                    sleep(Duration::from_millis(timeout)).await;
-                    return Verdict::Reset;
+                    let deadline = later(Instant::now(), Duration::from_millis(timeout));
+                    if self.wait_while_in_force(index, deadline).await {
+                        return Verdict::Reset;
+                    }
+                    // Removed while it counted down: no reset.
                 }
                 ToxicKind::LimitData { bytes: limit } => {
                     let applied = &mut self.applied[index];
@@ -436,7 +453,35 @@ impl ToxicChain {
                 | ToxicKind::Slicer { .. } => {}
             }
         }
+        // A change seen during a wait is taken in once this chunk is through: indices into
+        // `applied` had to stay valid until then.
+        if std::mem::take(&mut self.stale) {
+            self.sync_with_config();
+        }
         Verdict::Write { bytes, then_close }
+    }
+
+    /// Waits until `deadline` while the toxic at `index` stays as it is. Returns `false` early
+    /// when that toxic is removed or changed (a `DELETE`, a `POST /reset`) or the proxy goes
+    /// away: like Toxiproxy, a held chunk is let go at once instead of serving out a delay
+    /// nobody asks for any more.
+    async fn wait_while_in_force(&mut self, index: usize, deadline: Instant) -> bool {
+        let toxic = self.applied[index].toxic.clone();
+        let _held = HeldChunk::count(&self.held);
+        loop {
+            tokio::select! {
+                () = sleep_until(deadline) => return true,
+                alive = self.config.changed() => {
+                    if alive.is_err() {
+                        return false;
+                    }
+                    self.stale = true;
+                    if !self.config.borrow().contains(&toxic) {
+                        return false;
+                    }
+                }
+            }
+        }
     }
 
     /// Writes bytes to `dest`, sliced by a slicer toxic and paced by a bandwidth toxic.
@@ -516,6 +561,22 @@ fn slice_sizes(total: usize, average: u64, variation: u64, rng: &mut Rng) -> Vec
         left -= size;
     }
     sizes
+}
+
+/// Counts a chunk as held for as long as it lives (also when the wait is cancelled).
+struct HeldChunk(Arc<AtomicUsize>);
+
+impl HeldChunk {
+    fn count(held: &Arc<AtomicUsize>) -> HeldChunk {
+        held.fetch_add(1, Ordering::SeqCst);
+        HeldChunk(held.clone())
+    }
+}
+
+impl Drop for HeldChunk {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ Exit codes:
   1    a fact or a narrative is not as expected (drift)
   2    usage error: an unknown flag, scenario or value
   3    environment: PostgreSQL or Redis cannot be started or reached
-  130  interrupted by Ctrl-C (servers and temporary files are cleaned up first)
+  130  interrupted by Ctrl-C (servers and temporary files are cleaned up first);
+       `lab serve` ends with 0, since Ctrl-C is how it stops
 
 Quick start:
   lab run all          run every scenario on throwaway PostgreSQL and Redis

@@ -65,3 +65,47 @@ fn an_unreachable_toxiproxy_is_an_environment_error() {
     assert_code(&out, 3);
     assert!(stderr(&out).contains("Toxiproxy API"), "{}", stderr(&out));
 }
+
+/// Ctrl-C in the middle of a run: the proxy the run made on the given Toxiproxy is deleted
+/// anyway (the run itself can no longer do it).
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_leaves_no_proxy_on_a_given_toxiproxy() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let proxies = FaultProxy::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = proxies.clone();
+    tokio::spawn(async move { server.serve_api(listener).await });
+
+    let watched = proxies.clone();
+    let status = tokio::task::spawn_blocking(move || {
+        let mut child = lab(&["run", "timeout", "--step", "--toxiproxy-url", &url])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let _stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.starts_with(" 1. ") {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "lab ended early");
+        }
+        assert_eq!(watched.proxies().len(), 1, "the run's proxy exists mid-run");
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+        }
+        child.wait().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        proxies.proxies().is_empty(),
+        "a proxy was left on the Toxiproxy"
+    );
+}

@@ -8,12 +8,41 @@
 //! the proxies it created when it ends.
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use faultproxy::client::{ClientError, ToxiproxyClient};
 use faultproxy::{FaultProxy, Stream, Toxic, ToxicKind};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+
+/// Proxies created on a given Toxiproxy and not yet deleted, across the runs of one `lab`
+/// call. A run deletes its own when it ends; a run cancelled by Ctrl-C cannot, so the CLI
+/// deletes what is left here before it exits. (The embedded proxy dies with the process.)
+#[derive(Debug, Clone, Default)]
+pub struct ProxyLedger {
+    open: Arc<Mutex<Vec<(ToxiproxyClient, String)>>>,
+}
+
+impl ProxyLedger {
+    fn add(&self, client: &ToxiproxyClient, name: &str) {
+        self.open
+            .lock()
+            .unwrap()
+            .push((client.clone(), name.to_string()));
+    }
+
+    fn forget(&self, name: &str) {
+        self.open.lock().unwrap().retain(|(_, n)| n != name);
+    }
+
+    /// Deletes every proxy still on the ledger.
+    pub async fn delete_left_over(&self) {
+        let left: Vec<_> = std::mem::take(&mut *self.open.lock().unwrap());
+        for (client, name) in left {
+            let _ = client.delete_proxy(&name).await;
+        }
+    }
+}
 
 /// The proxies of one run, and the API that configures them.
 pub struct Faults {
@@ -24,6 +53,8 @@ pub struct Faults {
     prefix: String,
     /// Proxies to delete when the run ends.
     created: Mutex<Vec<String>>,
+    /// Where proxies on a given Toxiproxy are recorded until deleted (`None`: embedded).
+    ledger: Option<ProxyLedger>,
 }
 
 /// A toxic added to a hop, to be removed again.
@@ -47,11 +78,16 @@ impl Faults {
             embedded: Some((proxies, task)),
             prefix: format!("lab_{run_id}_"),
             created: Mutex::new(Vec::new()),
+            ledger: None,
         })
     }
 
     /// A Toxiproxy server somewhere else (`--toxiproxy-url`); checked with `GET /version`.
-    pub async fn external(url: &str, run_id: &str) -> Result<Faults, ClientError> {
+    pub async fn external(
+        url: &str,
+        run_id: &str,
+        ledger: &ProxyLedger,
+    ) -> Result<Faults, ClientError> {
         let client = ToxiproxyClient::new(url);
         client.version().await?;
         Ok(Faults {
@@ -59,6 +95,7 @@ impl Faults {
             embedded: None,
             prefix: format!("lab_{run_id}_"),
             created: Mutex::new(Vec::new()),
+            ledger: Some(ledger.clone()),
         })
     }
 
@@ -78,6 +115,9 @@ impl Faults {
             .client
             .create_proxy(&name, "127.0.0.1:0", &upstream.to_string())
             .await?;
+        if let Some(ledger) = &self.ledger {
+            ledger.add(&self.client, &name);
+        }
         self.created.lock().unwrap().push(name);
         info.listen.parse().map_err(|e| ClientError::Body {
             url: self.client.base().to_string(),
@@ -117,7 +157,11 @@ impl Faults {
     pub async fn release(&self) {
         let names = std::mem::take(&mut *self.created.lock().unwrap());
         for name in names {
-            let _ = self.client.delete_proxy(&name).await;
+            if self.client.delete_proxy(&name).await.is_ok()
+                && let Some(ledger) = &self.ledger
+            {
+                ledger.forget(&name);
+            }
         }
     }
 }

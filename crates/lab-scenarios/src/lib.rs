@@ -29,7 +29,7 @@ use lab_core::{Checkpoints, Event, Facts, Narrator, Quit};
 use lab_infra::{InfraError, Needs, RunSpace, Servers};
 use sqlx::PgPool;
 
-pub use faults::Faults;
+pub use faults::{Faults, ProxyLedger};
 pub use library::Library;
 
 /// The tables every run starts with.
@@ -104,7 +104,8 @@ pub struct Ctx {
     pub narrator: Narrator,
     pub space: RunSpace,
     pub checkpoints: Checkpoints,
-    pub faults: Faults,
+    /// The run's fault proxies; only for scenarios that break a hop (`FaultUse` not `None`).
+    faults: Option<Faults>,
 }
 
 impl Ctx {
@@ -114,6 +115,13 @@ impl Ctx {
             .pg
             .as_ref()
             .expect("this scenario declared that it needs PostgreSQL")
+    }
+
+    /// The run's fault proxies.
+    pub fn faults(&self) -> &Faults {
+        self.faults
+            .as_ref()
+            .expect("this scenario declared that it breaks a hop (FaultUse)")
     }
 }
 
@@ -142,6 +150,8 @@ pub struct RunConfig {
     pub keep: bool,
     /// Create proxies on this Toxiproxy instead of the embedded one (`--toxiproxy-url`).
     pub toxiproxy_url: Option<String>,
+    /// Proxies on that Toxiproxy not yet deleted: what a Ctrl-C must clean.
+    pub proxies: ProxyLedger,
 }
 
 /// Runs one scenario in a fresh run space: emits its events through `narrator`, ends with the
@@ -157,12 +167,18 @@ pub async fn run(
     narrator.start(scenario.name);
     let space = RunSpace::create(servers, SCHEMA_SQL).await?;
     // One-shot faults exist only in the embedded proxy; toxics work on either.
-    let faults: Result<Faults, ScenarioError> = match (&config.toxiproxy_url, scenario.faults) {
-        (Some(url), FaultUse::Toxics) => Faults::external(url, &space.run_id)
-            .await
-            .map_err(Into::into),
-        _ => Faults::embedded(&space.run_id).await.map_err(Into::into),
-    };
+    let faults: Result<Option<Faults>, ScenarioError> =
+        match (&config.toxiproxy_url, scenario.faults) {
+            (_, FaultUse::None) => Ok(None),
+            (Some(url), FaultUse::Toxics) => Faults::external(url, &space.run_id, &config.proxies)
+                .await
+                .map(Some)
+                .map_err(Into::into),
+            _ => Faults::embedded(&space.run_id)
+                .await
+                .map(Some)
+                .map_err(Into::into),
+        };
     let faults = match faults {
         Ok(faults) => faults,
         Err(e) => {
@@ -177,7 +193,9 @@ pub async fn run(
         faults,
     };
     let result = (scenario.run)(&ctx).await;
-    ctx.faults.release().await;
+    if let Some(faults) = &ctx.faults {
+        faults.release().await;
+    }
     let kept = keep.then(|| KeptRun {
         schema: ctx.space.schema.clone(),
         prefix: ctx.space.prefix.clone(),

@@ -155,6 +155,7 @@ pub async fn check(
     let config = RunConfig {
         keep: false,
         toxiproxy_url: global.toxiproxy_url.clone(),
+        proxies: Default::default(),
     };
     let work = async {
         let mut drift = false;
@@ -193,6 +194,8 @@ pub async fn check(
         Ok::<bool, Failure>(drift)
     };
     let outcome = session::guarded(work, interrupts, &gate).await;
+    // Proxies a cancelled run left on a given Toxiproxy.
+    config.proxies.delete_left_over().await;
     servers.clean_abandoned_runs().await;
     servers.shutdown().await;
     match outcome {

@@ -97,6 +97,7 @@ pub async fn run(
     let config = RunConfig {
         keep: global.keep,
         toxiproxy_url: global.toxiproxy_url.clone(),
+        proxies: Default::default(),
     };
     let work = async {
         let mut all_passed = true;
@@ -112,6 +113,8 @@ pub async fn run(
         Ok::<bool, ScenarioError>(all_passed)
     };
     let outcome = session::guarded(work, interrupts, &gate).await;
+    // Proxies a cancelled run left on a given Toxiproxy.
+    config.proxies.delete_left_over().await;
     // Whatever happened, runs that did not finish leave nothing behind (unless --keep).
     if !global.keep {
         servers.clean_abandoned_runs().await;

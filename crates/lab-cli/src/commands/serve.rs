@@ -113,6 +113,7 @@ fn print_endpoints(ports: &Ports, servers: &Servers, space: &RunSpace) {
         "  curl -i --max-time 0.15 -X POST http://127.0.0.1:{reports_proxy}/reports -H 'Content-Type: application/json' \\\n       -H 'Idempotency-Key: report-task-43' -d '{{\"task_id\":43,\"report_type\":\"monthly\"}}'"
     );
     say!("  curl -s http://127.0.0.1:{reports_direct}/reports");
+    say!("  # (report ids may skip numbers: an INSERT that meets an existing key still draws one)");
     say!("  # take the service off the network, then heal everything");
     say!("  curl -s -X POST http://127.0.0.1:{api}/proxies/reports -d '{{\"enabled\":false}}'");
     say!("  curl -s -X POST http://127.0.0.1:{api}/reset");
@@ -130,7 +131,9 @@ pub async fn serve(
     let library = session::library()?;
     let gate = super::run::gate(global, &library, lang);
 
-    // Take every port first: a taken port is reported before anything is started.
+    // Take the ports first: a taken port is reported before the servers start. The proxy's port
+    // is only probed (the proxy binds it itself later), so it could still be taken meanwhile;
+    // that too ends with a clear message and exit 3.
     let api_listener = bind(ports.api, "the Toxiproxy API").await?;
     let direct_listener = bind(ports.reports_direct, "the report service").await?;
     drop(bind(ports.reports_proxy, "the report service's proxy").await?);

@@ -50,6 +50,32 @@ fn glued_words(line: &str) -> Vec<String> {
     words
 }
 
+/// Joins the lines of each paragraph, so prose written with line breaks in a TOML file is
+/// wrapped afresh to the width it is shown at. A blank line (a paragraph break) stays, and so
+/// does a line that starts with a space (indented SQL, a list) and the line before it.
+fn reflow(text: &str) -> String {
+    let mut out = String::new();
+    let mut previous_indented = true;
+    for line in text.trim_end().lines() {
+        let indented = line.starts_with(' ');
+        if line.trim().is_empty() {
+            out.push_str("\n\n");
+            previous_indented = true;
+        } else if out.is_empty() || out.ends_with('\n') {
+            out.push_str(line);
+            previous_indented = indented;
+        } else if indented || previous_indented {
+            out.push('\n');
+            out.push_str(line);
+            previous_indented = indented;
+        } else {
+            out.push(' ');
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 /// The width prose is wrapped to. Tables, requests and responses are not wrapped: their lines
 /// are data, and a broken JSON body is harder to read than a long line.
 const WIDTH: usize = 100;
@@ -163,7 +189,7 @@ impl TextRenderer {
                 format!(
                     "\n{}\n\n{}\n",
                     self.paint(&title, Style::Title),
-                    Self::wrap(&self.key("story"), "", "")
+                    Self::wrap(&reflow(&self.key("story")), "", "")
                 )
             }
             Event::Side { text } => {
@@ -210,7 +236,7 @@ impl TextRenderer {
                 format!("      {}\n", self.paint(&line, Style::Dim))
             }
             Event::State { table } => self.table(table),
-            Event::Note { text } => Self::wrap(&self.t(text), "    ", "    "),
+            Event::Note { text } => Self::wrap(&reflow(&self.t(text)), "    ", "    "),
             Event::Predict { prefix } => {
                 let label = format!("? {}: ", self.key("label.predict"));
                 let question = Self::wrap(
@@ -242,7 +268,7 @@ impl TextRenderer {
             }
             Event::Reveal { answer } => {
                 let label = format!("! {}: ", self.key("label.answer"));
-                let answer = Self::wrap(&self.t(answer), &format!(" {label}"), "   ");
+                let answer = Self::wrap(&reflow(&self.t(answer)), &format!(" {label}"), "   ");
                 let answer = answer.replacen(
                     &label,
                     &format!("{} ", self.paint(label.trim_end(), Style::Answer)),
@@ -256,7 +282,7 @@ impl TextRenderer {
                 "{}{}\n{}",
                 self.gap(),
                 self.paint(&self.key("label.explain"), Style::Title),
-                Self::wrap(&self.key("explain"), "  ", "  ")
+                Self::wrap(&reflow(&self.key("explain")), "  ", "  ")
             ),
             Event::Quiz => {
                 let mut out = format!(
@@ -383,6 +409,15 @@ mod tests {
         assert!(lines[1].starts_with("    word"));
         assert!(lines.contains(&"      indented line"), "{out}");
         assert!(lines.contains(&""), "the blank line stays: {out}");
+    }
+
+    #[test]
+    fn reflow_joins_paragraph_lines_but_keeps_breaks_and_indented_lines() {
+        let text = "one\ntwo\n\nthree\n  WHERE x\n  AND y\nfour\nfive";
+        assert_eq!(
+            reflow(text),
+            "one two\n\nthree\n  WHERE x\n  AND y\nfour five"
+        );
     }
 
     #[test]

@@ -164,7 +164,11 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     ctx.checkpoints.clear(BEFORE_INSERT);
     ctx.checkpoints.clear(AFTER_INSERT);
     let second_insert_waited = waited.load(Ordering::SeqCst);
-    n.note(Msg::new("note.waited").arg("waited", second_insert_waited.to_string()));
+    n.note(if second_insert_waited {
+        "note.waited"
+    } else {
+        "note.not_waited"
+    });
     n.note("note.order");
     show_reports(ctx).await?;
 
@@ -178,16 +182,11 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     );
     n.fact("reports_total", reports);
     n.fact("second_insert_waited", second_insert_waited);
+    let status = |i: usize| statuses.get(i).copied().unwrap_or_default();
     n.reveal(
         Msg::new("reveal")
-            .arg(
-                "statuses",
-                statuses
-                    .iter()
-                    .map(u16::to_string)
-                    .collect::<Vec<_>>()
-                    .join(" and "),
-            )
+            .arg("first", status(0))
+            .arg("second", status(1))
             .arg("reports", reports),
     )
     .await?;

@@ -49,8 +49,12 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     show_task(ctx).await?;
 
     n.predict("predict").await?;
-    n.step(Msg::new("step.stale").arg("report_id", RESULT_A))
-        .await?;
+    n.step(
+        Msg::new("step.stale")
+            .arg("report_id", RESULT_A)
+            .arg("attempts", attempts_a),
+    )
+    .await?;
     let stale_strict = complete(ctx, "a", attempts_a, RESULT_A, true).await?;
     let stale_nonstrict = complete(ctx, "a", attempts_a, RESULT_A, false).await?;
     n.step("step.fresh").await?;

@@ -123,7 +123,19 @@ pub async fn send_post(
     match request.send().await {
         Ok(response) => {
             let status = response.status().as_u16();
-            let raw = response.text().await?;
+            // Headers came, the body did not (in time): the caller still does not know.
+            let raw = match response.text().await {
+                Ok(raw) => raw,
+                Err(_) => {
+                    return Ok(PostResult {
+                        outcome: Outcome::Unknown,
+                        status: None,
+                        body: None,
+                        detail: Some("call.dropped"),
+                        created: None,
+                    });
+                }
+            };
             let outcome = if (200..300).contains(&status) {
                 Outcome::Ok
             } else {
@@ -138,9 +150,12 @@ pub async fn send_post(
             })
         }
         Err(e) => {
-            // A refused connection never reached the service: a definite failure. A timeout or a
-            // connection dropped after sending: the service may have done the work.
-            let (outcome, detail) = if e.is_connect() {
+            // No connection means no request was sent: a definite failure, whether refused or
+            // not established in time. A timeout or a drop once connected: the request may have
+            // reached the service, and the service may have done the work.
+            let (outcome, detail) = if e.is_connect() && e.is_timeout() {
+                (Outcome::Fail, "call.connect_timed_out")
+            } else if e.is_connect() {
                 (Outcome::Fail, "call.refused")
             } else if e.is_timeout() {
                 (Outcome::Unknown, "call.timed_out")

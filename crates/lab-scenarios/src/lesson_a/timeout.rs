@@ -23,8 +23,8 @@ use lab_services::tasks;
 use tokio::sync::Notify;
 
 use super::{
-    REPORT_TYPE, ReportApi, STABLE_KEY, TASK_ID, count_reports, post_report, request_msg,
-    seed_and_claim_a, send_post, show_reports, show_task, start_report_service, worker_client,
+    REPORT_TYPE, ReportApi, STABLE_KEY, TASK_ID, complete, count_reports, post_report, request_msg,
+    seed_and_claim_a, send_post, show_reports, start_report_service, worker_client,
 };
 use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
@@ -53,7 +53,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     let direct = start_report_service(ctx).await?;
     // Every call of this scenario goes through the proxy on the "reports" hop.
-    let listen = ctx.faults.hop("reports", direct.service.addr).await?;
+    let listen = ctx.faults().hop("reports", direct.service.addr).await?;
     let api = ReportApi {
         url: format!("http://{listen}"),
         service: direct.service,
@@ -62,7 +62,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let attempts = seed_and_claim_a(ctx).await?;
 
     let slow = ctx
-        .faults
+        .faults()
         .slow_responses("reports", SLOW_RESPONSE_MS)
         .await?;
     n.step(
@@ -106,18 +106,18 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     )
     .await?;
 
-    ctx.faults.remove(slow).await?;
+    ctx.faults().remove(slow).await?;
     n.step(Msg::new("step.retry").arg("key", STABLE_KEY))
         .await?;
     let retry_client = worker_client(Some(RETRY_TIMEOUT))?;
     let retry = post_report(ctx, &retry_client, &api, "a", Some(STABLE_KEY), REPORT_TYPE).await?;
     let retry_id = retry.created.as_ref().map(|c| c.report_id);
     if let Some(report_id) = retry_id {
-        let done = tasks::complete_task(ctx.pg(), TASK_ID, attempts, report_id, true).await?;
-        n.step(Msg::new("step.complete").arg("done", done.to_string()))
+        n.step(Msg::new("step.complete").arg("report_id", report_id))
             .await?;
+        complete(ctx, "a", attempts, report_id, true).await?;
     }
-    let task = show_task(ctx).await?;
+    let task = tasks::task(ctx.pg(), TASK_ID).await?;
     show_reports(ctx).await?;
 
     n.fact("retry_status", retry.status.unwrap_or_default());
