@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::reflow;
 use crate::text::COMMON;
 use crate::{Event, Lang, Msg, Texts};
 
@@ -38,7 +39,7 @@ impl JsonRenderer {
         match event {
             Event::Start { scenario } => {
                 self.scope = scenario.clone();
-                json!({"event": "start", "scenario": scenario, "title": self.key("title"), "story": self.key("story")})
+                json!({"event": "start", "scenario": scenario, "title": self.key("title"), "story": reflow(&self.key("story"))})
             }
             Event::Side { text } => json!({"event": "side", "text": self.t(text)}),
             Event::Step { number, text } => {
@@ -72,16 +73,18 @@ impl JsonRenderer {
                 "columns": table.columns,
                 "rows": table.rows,
             }),
-            Event::Note { text } => json!({"event": "note", "text": self.t(text)}),
+            Event::Note { text } => json!({"event": "note", "text": reflow(&self.t(text))}),
             Event::Predict { prefix } => json!({
                 "event": "predict",
                 "question": self.key(&format!("{prefix}.question")),
                 "options": self.texts.list(&self.scope, self.lang, &format!("{prefix}.options")),
             }),
             Event::LearnerAnswer { answer } => json!({"event": "learner_answer", "answer": answer}),
-            Event::Reveal { answer } => json!({"event": "reveal", "answer": self.t(answer)}),
+            Event::Reveal { answer } => {
+                json!({"event": "reveal", "answer": reflow(&self.t(answer))})
+            }
             Event::Fact { name, value } => json!({"event": "fact", "name": name, "value": value}),
-            Event::Explain => json!({"event": "explain", "text": self.key("explain")}),
+            Event::Explain => json!({"event": "explain", "text": reflow(&self.key("explain"))}),
             Event::Quiz => json!({
                 "event": "quiz",
                 "questions": self.texts.list(&self.scope, self.lang, "quiz"),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use colored::Colorize;
 
+use super::reflow;
 use crate::facts::compare;
 use crate::text::COMMON;
 use crate::{Event, Lang, Msg, Outcome, Table, Texts};
@@ -48,32 +49,6 @@ fn glued_words(line: &str) -> Vec<String> {
         glue_next = joiner;
     }
     words
-}
-
-/// Joins the lines of each paragraph, so prose written with line breaks in a TOML file is
-/// wrapped afresh to the width it is shown at. A blank line (a paragraph break) stays, and so
-/// does a line that starts with a space (indented SQL, a list) and the line before it.
-fn reflow(text: &str) -> String {
-    let mut out = String::new();
-    let mut previous_indented = true;
-    for line in text.trim_end().lines() {
-        let indented = line.starts_with(' ');
-        if line.trim().is_empty() {
-            out.push_str("\n\n");
-            previous_indented = true;
-        } else if out.is_empty() || out.ends_with('\n') {
-            out.push_str(line);
-            previous_indented = indented;
-        } else if indented || previous_indented {
-            out.push('\n');
-            out.push_str(line);
-            previous_indented = indented;
-        } else {
-            out.push(' ');
-            out.push_str(line);
-        }
-    }
-    out
 }
 
 /// The width prose is wrapped to. Tables, requests and responses are not wrapped: their lines
