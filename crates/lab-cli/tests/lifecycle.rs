@@ -6,7 +6,10 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
 
-use common::{assert_code, entries, lab, processes_in, run, shared_tempdir, stderr, stdout};
+use common::{
+    assert_code, assert_nothing_left, entries, interrupt, lab, processes_in, run, shared_tempdir,
+    stderr, stdout,
+};
 use lab_infra::{Needs, ServerOptions, Servers};
 
 #[test]
@@ -89,10 +92,7 @@ fn ctrl_c_mid_run_leaves_no_server_and_no_temp_dir() {
         "no server process found"
     );
 
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
-    }
+    interrupt(&child);
     let status = child.wait().unwrap();
     let mut rest = String::new();
     let _ = out.read_to_string(&mut rest);
@@ -100,16 +100,7 @@ fn ctrl_c_mid_run_leaves_no_server_and_no_temp_dir() {
     let _ = child.stderr.take().unwrap().read_to_string(&mut err);
     assert_eq!(status.code(), Some(130), "stderr: {err}");
     assert!(err.contains("interrupted"), "{err}");
-    assert_eq!(
-        processes_in(tmp.path()),
-        Vec::<String>::new(),
-        "servers left running"
-    );
-    assert_eq!(
-        entries(tmp.path()),
-        Vec::<String>::new(),
-        "temp dirs left behind"
-    );
+    assert_nothing_left(tmp.path());
 }
 
 #[test]
@@ -128,8 +119,7 @@ fn quitting_step_mode_cleans_up() {
     assert_code(&out, 0);
     assert!(stderr(&out).contains("stopped"), "{}", stderr(&out));
     assert!(stdout(&out).contains(" 3. ") && !stdout(&out).contains(" 4. "));
-    assert_eq!(processes_in(tmp.path()), Vec::<String>::new());
-    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+    assert_nothing_left(tmp.path());
 }
 
 /// Two `lab run all` at once on one PostgreSQL and one Redis: both pass, tell the same story,

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{assert_code, entries, lab, processes_in, shared_tempdir, stderr};
+use common::{assert_code, assert_nothing_left, interrupt, lab, shared_tempdir, stderr};
 use serde_json::{Value, json};
 
 /// A port base whose three ports (base+4, +10, +20) are free right now.
@@ -136,24 +136,12 @@ async fn serves_the_report_service_behind_a_proxy_until_ctrl_c() {
         .unwrap();
     assert_eq!(healed.status(), 200);
 
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
-    }
+    interrupt(&child);
     let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
         .await
         .unwrap();
     assert_eq!(status.code(), Some(0));
-    assert_eq!(
-        processes_in(tmp.path()),
-        Vec::<String>::new(),
-        "servers left running"
-    );
-    assert_eq!(
-        entries(tmp.path()),
-        Vec::<String>::new(),
-        "temp dirs left behind"
-    );
+    assert_nothing_left(tmp.path());
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::extract::Request;
 use axum::middleware::{self, Next};
-use common::{assert_code, lab, stderr};
+use common::{assert_code, interrupt, lab, stderr};
 use faultproxy::FaultProxy;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -95,10 +95,7 @@ async fn ctrl_c_leaves_no_proxy_on_a_given_toxiproxy() {
             assert!(out.read_line(&mut line).unwrap() > 0, "lab ended early");
         }
         assert_eq!(watched.proxies().len(), 1, "the run's proxy exists mid-run");
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGINT);
-        }
+        interrupt(&child);
         child.wait().unwrap()
     })
     .await

@@ -63,6 +63,11 @@ pub struct Needs {
 }
 
 impl Needs {
+    pub const POSTGRES: Needs = Needs {
+        postgres: true,
+        redis: false,
+    };
+
     pub const BOTH: Needs = Needs {
         postgres: true,
         redis: true,

@@ -7,15 +7,9 @@ const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lease_and_attempts_decide_who_may_complete() {
-    let servers = Servers::start(
-        &ServerOptions::default(),
-        Needs {
-            postgres: true,
-            redis: false,
-        },
-    )
-    .await
-    .unwrap();
+    let servers = Servers::start(&ServerOptions::default(), Needs::POSTGRES)
+        .await
+        .unwrap();
     let space = RunSpace::create(&servers, SCHEMA_SQL).await.unwrap();
     let pg = space.pg.clone().unwrap();
 

@@ -123,3 +123,23 @@ pub fn entries(dir: &Path) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Asserts that nothing a `lab` call started is left in its `TMPDIR`: no server process, no
+/// temporary directory.
+#[track_caller]
+pub fn assert_nothing_left(tmp: &Path) {
+    assert_eq!(
+        processes_in(tmp),
+        Vec::<String>::new(),
+        "servers left running"
+    );
+    assert_eq!(entries(tmp), Vec::<String>::new(), "temp dirs left behind");
+}
+
+/// Sends SIGINT (a Ctrl-C) to a child process.
+pub fn interrupt(child: &std::process::Child) {
+    // SAFETY: kill(2) with the pid of our own child, not yet reaped.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+}

@@ -22,10 +22,7 @@ use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResu
 pub const SCENARIO: Scenario = Scenario {
     name: "duplicate",
     lesson: "A",
-    needs: Needs {
-        postgres: true,
-        redis: false,
-    },
+    needs: Needs::POSTGRES,
     faults: FaultUse::None,
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };

@@ -18,10 +18,7 @@ use crate::{Ctx, FaultUse, Scenario, ScenarioFuture, ScenarioResult};
 pub const SCENARIO: Scenario = Scenario {
     name: "lease",
     lesson: "A",
-    needs: Needs {
-        postgres: true,
-        redis: false,
-    },
+    needs: Needs::POSTGRES,
     faults: FaultUse::None,
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };

@@ -31,10 +31,7 @@ use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResu
 pub const SCENARIO: Scenario = Scenario {
     name: "timeout",
     lesson: "A",
-    needs: Needs {
-        postgres: true,
-        redis: false,
-    },
+    needs: Needs::POSTGRES,
     faults: FaultUse::Toxics,
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
