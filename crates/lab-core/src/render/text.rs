@@ -172,7 +172,7 @@ impl TextRenderer {
                 format!("{}{}\n\n", self.gap(), self.paint(&line, Style::Bold))
             }
             Event::Step { number, text } => {
-                let text = Self::wrap(&self.t(text), &format!("{number:>2}. "), "    ");
+                let text = Self::wrap(&reflow(&self.t(text)), &format!("{number:>2}. "), "    ");
                 // The step's first line stands out; its continuation does not.
                 let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
                 format!("{}\n{rest}", self.paint(first, Style::Bold))

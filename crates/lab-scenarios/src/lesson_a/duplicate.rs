@@ -14,7 +14,7 @@ use lab_infra::Needs;
 use lab_services::tasks;
 
 use super::{
-    REPORT_TYPE, TASK_ID, count_reports, crash_after_post, post_report, show_reports, show_task,
+    REPORT_TYPE, TASK_ID, complete, count_reports, crash_after_post, post_report, show_reports,
     start_report_service, worker_client,
 };
 use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
@@ -45,10 +45,10 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         .ok_or_else(|| ScenarioError::Broken("worker B's POST created no report".into()))?
         .report_id;
 
-    let completed = tasks::complete_task(ctx.pg(), TASK_ID, attempts_b, second_id, true).await?;
-    n.step(Msg::new("step.complete_b").arg("done", completed.to_string()))
+    n.step(Msg::new("step.complete_b").arg("report_id", second_id))
         .await?;
-    let task = show_task(ctx).await?;
+    complete(ctx, "b", attempts_b, second_id, true).await?;
+    let task = tasks::task(ctx.pg(), TASK_ID).await?;
     show_reports(ctx).await?;
 
     let reports = count_reports(ctx).await?;

@@ -15,8 +15,8 @@ use lab_infra::Needs;
 use lab_services::tasks;
 
 use super::{
-    REPORT_TYPE, STABLE_KEY, TASK_ID, count_reports, crash_after_post, post_report, reset_tables,
-    show_reports, show_task, start_report_service, worker_client,
+    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, crash_after_post, post_report,
+    reset_tables, show_reports, start_report_service, worker_client,
 };
 use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
@@ -53,11 +53,10 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         .created
         .ok_or_else(|| ScenarioError::Broken("worker B's POST got no report".into()))?;
 
-    let completed =
-        tasks::complete_task(ctx.pg(), TASK_ID, attempts_b, retry_created.report_id, true).await?;
-    n.step(Msg::new("step.complete_b").arg("done", completed.to_string()))
+    n.step(Msg::new("step.complete_b").arg("report_id", retry_created.report_id))
         .await?;
-    let task = show_task(ctx).await?;
+    complete(ctx, "b", attempts_b, retry_created.report_id, true).await?;
+    let task = tasks::task(ctx.pg(), TASK_ID).await?;
     show_reports(ctx).await?;
 
     let reports = count_reports(ctx).await?;
