@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lab_core::text::COMMON;
 use lab_core::{Gate, Lang, Msg};
 use lab_infra::{Needs, ServerOptions, Servers};
-use lab_scenarios::{Library, Scenario};
+use lab_scenarios::{Library, Scenario, ScenarioError};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::cli::{ColorArg, Global, LangArg, exit};
@@ -90,12 +90,14 @@ pub fn needs(scenarios: &[&Scenario]) -> Needs {
 }
 
 /// Starts (or connects to) the servers, with a spinner on stderr when it is a terminal.
+/// `Ok(None)`: Ctrl-C or SIGTERM came first; whatever was half started is already gone.
 pub async fn start_servers(
     global: &Global,
     needs: Needs,
     library: &Library,
     lang: Lang,
-) -> Result<Servers, Failure> {
+    interrupts: &mut Interrupts,
+) -> Result<Option<Servers>, Failure> {
     let options = ServerOptions::new(global.database_url.clone(), global.redis_url.clone());
     // indicatif draws nothing when stderr is not a terminal: scripts and CI see no spinner. A
     // spinner is made of escape codes, so NO_COLOR and --color never turn it off too.
@@ -111,16 +113,42 @@ pub async fn start_servers(
             .render(COMMON, lang, &Msg::new("cli.starting")),
     );
     spinner.enable_steady_tick(Duration::from_millis(100));
-    let servers = Servers::start(&options, needs).await;
+    // Nothing pauses while servers start, so no gate: only a signal can cut this short.
+    let started = guarded(
+        Servers::start(&options, needs),
+        interrupts,
+        &Gate::default(),
+    )
+    .await;
     spinner.finish_and_clear();
-    servers.map_err(|e| match e {
+    match started {
+        Guarded::Finished(Ok(servers)) => Ok(Some(servers)),
         // A URL that is not a URL is a usage error, not an unreachable server.
-        lab_infra::InfraError::BadUrl { .. } => Failure {
+        Guarded::Finished(Err(e @ lab_infra::InfraError::BadUrl { .. })) => Err(Failure {
             code: exit::USAGE,
             error: e.into(),
+        }),
+        Guarded::Finished(Err(e)) => Err(Failure::environment(e)),
+        Guarded::Interrupted | Guarded::Quit => Ok(None),
+    }
+}
+
+/// Says that lab was interrupted and everything is cleaned up; the exit code for it.
+pub fn interrupted() -> u8 {
+    eprintln!("lab: interrupted; servers and temporary files are cleaned up");
+    exit::INTERRUPTED
+}
+
+/// A scenario that could not follow its script is drift (exit 1); anything else that stopped
+/// it (a server gone, a proxy unreachable) is the environment (exit 3).
+pub fn scenario_failure(e: ScenarioError) -> Failure {
+    match e {
+        ScenarioError::Broken(reason) => Failure {
+            code: exit::DRIFT,
+            error: anyhow!("a scenario could not follow its script: {reason}"),
         },
         e => Failure::environment(e),
-    })
+    }
 }
 
 /// Ctrl-C and SIGTERM, listened for from the start of a command: a signal that arrives while the

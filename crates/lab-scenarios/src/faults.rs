@@ -31,16 +31,24 @@ impl ProxyLedger {
             .push((client.clone(), name.to_string()));
     }
 
-    fn forget(&self, name: &str) {
-        self.open.lock().unwrap().retain(|(_, n)| n != name);
+    /// Deletes the proxies whose names start with `prefix` (one run's), and forgets them.
+    async fn delete(&self, prefix: &str) {
+        let mine: Vec<_> = {
+            let mut open = self.open.lock().unwrap();
+            let (mine, others) = std::mem::take(&mut *open)
+                .into_iter()
+                .partition(|(_, name)| name.starts_with(prefix));
+            *open = others;
+            mine
+        };
+        for (client, name) in mine {
+            let _ = client.delete_proxy(&name).await;
+        }
     }
 
     /// Deletes every proxy still on the ledger.
     pub async fn delete_left_over(&self) {
-        let left: Vec<_> = std::mem::take(&mut *self.open.lock().unwrap());
-        for (client, name) in left {
-            let _ = client.delete_proxy(&name).await;
-        }
+        self.delete("").await;
     }
 }
 
@@ -51,9 +59,8 @@ pub struct Faults {
     embedded: Option<(FaultProxy, JoinHandle<()>)>,
     /// Prefixed to every proxy name: `lab_<run>_`.
     prefix: String,
-    /// Proxies to delete when the run ends.
-    created: Mutex<Vec<String>>,
-    /// Where proxies on a given Toxiproxy are recorded until deleted (`None`: embedded).
+    /// Where proxies on a given Toxiproxy are recorded until deleted (`None`: embedded, whose
+    /// proxies stop when this `Faults` is dropped).
     ledger: Option<ProxyLedger>,
 }
 
@@ -77,7 +84,6 @@ impl Faults {
             client,
             embedded: Some((proxies, task)),
             prefix: format!("lab_{run_id}_"),
-            created: Mutex::new(Vec::new()),
             ledger: None,
         })
     }
@@ -94,7 +100,6 @@ impl Faults {
             client,
             embedded: None,
             prefix: format!("lab_{run_id}_"),
-            created: Mutex::new(Vec::new()),
             ledger: Some(ledger.clone()),
         })
     }
@@ -118,7 +123,6 @@ impl Faults {
         if let Some(ledger) = &self.ledger {
             ledger.add(&self.client, &name);
         }
-        self.created.lock().unwrap().push(name);
         info.listen.parse().map_err(|e| ClientError::Body {
             url: self.client.base().to_string(),
             reason: format!("listen address {:?}: {e}", info.listen),
@@ -153,15 +157,10 @@ impl Faults {
         proxies.get(&self.full_name(hop))
     }
 
-    /// Deletes the proxies this run created (an external Toxiproxy keeps them otherwise).
+    /// Deletes the proxies this run created on a given Toxiproxy (it keeps them otherwise).
     pub async fn release(&self) {
-        let names = std::mem::take(&mut *self.created.lock().unwrap());
-        for name in names {
-            if self.client.delete_proxy(&name).await.is_ok()
-                && let Some(ledger) = &self.ledger
-            {
-                ledger.forget(&name);
-            }
+        if let Some(ledger) = &self.ledger {
+            ledger.delete(&self.prefix).await;
         }
     }
 }

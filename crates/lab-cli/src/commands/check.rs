@@ -9,7 +9,7 @@ use colored::Colorize;
 use lab_core::facts::compare;
 use lab_core::render::render_text;
 use lab_core::{Event, Gate, Lang, Narrator};
-use lab_scenarios::{Library, RunConfig, RunReport, ScenarioError};
+use lab_scenarios::{Library, RunConfig, RunReport};
 use similar::TextDiff;
 
 use crate::cli::{FormatArg, Global, exit};
@@ -138,18 +138,9 @@ pub async fn check(
     let needs = session::needs(&scenarios);
     // Headless: no pauses, whatever --step says.
     let gate = Gate::default();
-    let servers = match session::guarded(
-        session::start_servers(global, needs, &library, lang),
-        interrupts,
-        &gate,
-    )
-    .await
-    {
-        Guarded::Finished(servers) => servers?,
-        Guarded::Interrupted | Guarded::Quit => {
-            eprintln!("lab: interrupted; servers and temporary files are cleaned up");
-            return Ok(exit::INTERRUPTED);
-        }
+    let Some(servers) = session::start_servers(global, needs, &library, lang, interrupts).await?
+    else {
+        return Ok(session::interrupted());
     };
 
     let config = RunConfig {
@@ -163,7 +154,7 @@ pub async fn check(
             let report =
                 lab_scenarios::run(scenario, &servers, Narrator::recording(), &library, &config)
                     .await
-                    .map_err(scenario_failure)?;
+                    .map_err(session::scenario_failure)?;
             let rendered = narratives(&library, &report, bless);
             let verdict = judge(&library, &report, &rendered);
             if bless {
@@ -202,21 +193,6 @@ pub async fn check(
         Guarded::Finished(Ok(false)) => Ok(exit::OK),
         Guarded::Finished(Ok(true)) => Ok(exit::DRIFT),
         Guarded::Finished(Err(failure)) => Err(failure),
-        Guarded::Interrupted | Guarded::Quit => {
-            eprintln!("lab: interrupted; servers and temporary files are cleaned up");
-            Ok(exit::INTERRUPTED)
-        }
-    }
-}
-
-/// A scenario that could not follow its script is drift (exit 1); anything else that stopped
-/// it (a server gone, a proxy unreachable) is the environment (exit 3).
-fn scenario_failure(e: ScenarioError) -> Failure {
-    match e {
-        ScenarioError::Broken(reason) => Failure {
-            code: exit::DRIFT,
-            error: anyhow::anyhow!("a scenario could not follow its script: {reason}"),
-        },
-        e => Failure::environment(e),
+        Guarded::Interrupted | Guarded::Quit => Ok(session::interrupted()),
     }
 }

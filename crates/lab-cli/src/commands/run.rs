@@ -3,7 +3,6 @@
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 
-use anyhow::anyhow;
 use lab_core::gate::Pause;
 use lab_core::narrator::SharedSink;
 use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink};
@@ -78,19 +77,9 @@ pub async fn run(
     let gate = gate(global, &library, lang);
     let needs = session::needs(&scenarios);
 
-    let servers = match session::guarded(
-        session::start_servers(global, needs, &library, lang),
-        interrupts,
-        &gate,
-    )
-    .await
-    {
-        Guarded::Finished(servers) => servers?,
-        Guarded::Interrupted => {
-            eprintln!("lab: interrupted; servers and temporary files are cleaned up");
-            return Ok(exit::INTERRUPTED);
-        }
-        Guarded::Quit => return Ok(exit::OK),
+    let Some(servers) = session::start_servers(global, needs, &library, lang, interrupts).await?
+    else {
+        return Ok(session::interrupted());
     };
 
     let sink = sink(global, &library, lang, color);
@@ -126,15 +115,8 @@ pub async fn run(
             eprintln!("lab: stopped; servers and temporary files are cleaned up");
             Ok(exit::OK)
         }
-        Guarded::Interrupted => {
-            eprintln!("lab: interrupted; servers and temporary files are cleaned up");
-            Ok(exit::INTERRUPTED)
-        }
-        Guarded::Finished(Err(ScenarioError::Broken(reason))) => Err(Failure {
-            code: exit::DRIFT,
-            error: anyhow!("a scenario could not follow its script: {reason}"),
-        }),
-        Guarded::Finished(Err(e)) => Err(Failure::environment(e)),
+        Guarded::Interrupted => Ok(session::interrupted()),
+        Guarded::Finished(Err(e)) => Err(session::scenario_failure(e)),
     };
     if global.keep && matches!(code, Ok(exit::OK) | Ok(exit::DRIFT)) {
         wait_before_stopping_kept(&servers, interrupts).await;

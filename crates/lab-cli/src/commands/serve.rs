@@ -138,15 +138,11 @@ pub async fn serve(
     let direct_listener = bind(ports.reports_direct, "the report service").await?;
     drop(bind(ports.reports_proxy, "the report service's proxy").await?);
 
-    let servers = match session::guarded(
-        session::start_servers(global, Needs::BOTH, &library, lang),
-        interrupts,
-        &gate,
-    )
-    .await
-    {
-        Guarded::Finished(servers) => servers?,
-        Guarded::Interrupted | Guarded::Quit => return Ok(exit::OK),
+    let Some(servers) =
+        session::start_servers(global, Needs::BOTH, &library, lang, interrupts).await?
+    else {
+        // Ctrl-C is how serve ends, whenever it comes.
+        return Ok(exit::OK);
     };
     let space = match RunSpace::create(&servers, SCHEMA_SQL).await {
         Ok(space) => space,
