@@ -1,19 +1,32 @@
-//! What every command that runs scenarios shares: choosing the language and colours, starting
-//! the servers with a spinner, and running work so that Ctrl-C (or `q` in step mode) stops it
-//! cleanly instead of killing the process halfway.
+//! One [`Session`] per command that runs scenarios or services (`run`, `check`, `serve`): the
+//! language and colours, the scenario files, the step gate and the live renderer, the servers,
+//! and a way to run work so that Ctrl-C, SIGTERM or `q` in step mode stop it cleanly instead of
+//! killing the process halfway.
+//!
+//! ```text
+//! Session::open ── start_servers (a spinner; a signal here stops cleanly too)
+//!               ── guarded(work) ── Finished | Interrupted | Quit
+//!               ── close: proxies left on a given Toxiproxy, abandoned runs, servers
+//! ```
 
 use std::future::Future;
+use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
+use lab_core::gate::Pause;
+use lab_core::narrator::SharedSink;
+use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink};
 use lab_core::text::COMMON;
-use lab_core::{Gate, Lang, Msg};
-use lab_infra::{Needs, ServerOptions, Servers};
-use lab_scenarios::{Library, Scenario, ScenarioError};
+use lab_core::{Gate, Lang, Msg, Narrator};
+use lab_infra::{Needs, Origin, ServerOptions, Servers};
+use lab_scenarios::{Entry, Library, RunConfig, ScenarioError};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cli::{ColorArg, Global, LangArg, exit};
+use crate::cli::{ColorArg, FormatArg, Global, LangArg, exit};
 
 /// A command's failure: what to print and which exit code to end with.
 #[derive(Debug)]
@@ -63,10 +76,11 @@ pub fn library() -> Result<Library, Failure> {
     Library::load().map_err(Failure::environment)
 }
 
-/// Resolves scenario names (`all` means every one), rejecting unknown names as usage errors.
-pub fn resolve(names: &[String]) -> Result<Vec<&'static Scenario>, Failure> {
+/// Resolves scenario names (`all`, or none, means every one), rejecting unknown names as usage
+/// errors.
+pub fn resolve(names: &[String]) -> Result<Vec<Entry>, Failure> {
     if names.is_empty() || names.iter().any(|n| n == "all") {
-        return Ok(lab_scenarios::CATALOGUE.iter().collect());
+        return Ok(lab_scenarios::CATALOGUE.to_vec());
     }
     names
         .iter()
@@ -82,70 +96,25 @@ pub fn resolve(names: &[String]) -> Result<Vec<&'static Scenario>, Failure> {
         .collect()
 }
 
-/// The union of what the scenarios need.
-pub fn needs(scenarios: &[&Scenario]) -> Needs {
+/// The union of the servers the scenarios need.
+pub fn needs(scenarios: &[Entry]) -> Needs {
     scenarios
         .iter()
-        .fold(Needs::default(), |acc, s| acc.union(s.needs))
+        .fold(Needs::default(), |acc, s| acc.union(s.requires().servers()))
 }
 
-/// Starts (or connects to) the servers, with a spinner on stderr when it is a terminal.
-/// `Ok(None)`: Ctrl-C or SIGTERM came first; whatever was half started is already gone.
-pub async fn start_servers(
-    global: &Global,
-    needs: Needs,
-    library: &Library,
-    lang: Lang,
-    interrupts: &mut Interrupts,
-) -> Result<Option<Servers>, Failure> {
-    let options = ServerOptions::new(global.database_url.clone(), global.redis_url.clone());
-    // indicatif draws nothing when stderr is not a terminal: scripts and CI see no spinner. A
-    // spinner is made of escape codes, so NO_COLOR and --color never turn it off too.
-    let spinner = if color(global) {
-        ProgressBar::new_spinner()
-    } else {
-        ProgressBar::hidden()
-    };
-    spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
-    spinner.set_message(
-        library
-            .texts
-            .render(COMMON, lang, &Msg::new("cli.starting")),
-    );
-    spinner.enable_steady_tick(Duration::from_millis(100));
-    // Nothing pauses while servers start, so no gate: only a signal can cut this short.
-    let started = guarded(
-        Servers::start(&options, needs),
-        interrupts,
-        &Gate::default(),
-    )
-    .await;
-    spinner.finish_and_clear();
-    match started {
-        Guarded::Finished(Ok(servers)) => Ok(Some(servers)),
-        // A URL that is not a URL is a usage error, not an unreachable server.
-        Guarded::Finished(Err(e @ lab_infra::InfraError::BadUrl { .. })) => Err(Failure {
-            code: exit::USAGE,
-            error: e.into(),
-        }),
-        Guarded::Finished(Err(e)) => Err(Failure::environment(e)),
-        Guarded::Interrupted | Guarded::Quit => Ok(None),
-    }
-}
-
-/// Says that lab was interrupted and everything is cleaned up; the exit code for it.
-pub fn interrupted() -> u8 {
-    eprintln!("lab: interrupted; servers and temporary files are cleaned up");
-    exit::INTERRUPTED
-}
-
-/// A scenario that could not follow its script is drift (exit 1); anything else that stopped
-/// it (a server gone, a proxy unreachable) is the environment (exit 3).
+/// A scenario that could not follow its script (or used something it did not declare) is drift
+/// (exit 1); anything else that stopped it (a server gone, a proxy unreachable) is the
+/// environment (exit 3).
 pub fn scenario_failure(e: ScenarioError) -> Failure {
     match e {
         ScenarioError::Broken(reason) => Failure {
             code: exit::DRIFT,
             error: anyhow!("a scenario could not follow its script: {reason}"),
+        },
+        e @ ScenarioError::Undeclared { .. } => Failure {
+            code: exit::DRIFT,
+            error: e.into(),
         },
         e => Failure::environment(e),
     }
@@ -153,13 +122,13 @@ pub fn scenario_failure(e: ScenarioError) -> Failure {
 
 /// Ctrl-C and SIGTERM, listened for from the start of a command: a signal that arrives while the
 /// servers are still starting must also lead to a clean stop, not to the default "die at once".
-pub struct Interrupts {
+struct Interrupts {
     interrupt: Option<Signal>,
     terminate: Option<Signal>,
 }
 
 impl Interrupts {
-    pub fn listen() -> Interrupts {
+    fn listen() -> Interrupts {
         Interrupts {
             interrupt: signal(SignalKind::interrupt()).ok(),
             terminate: signal(SignalKind::terminate()).ok(),
@@ -195,27 +164,200 @@ pub enum Guarded<T> {
 /// pause answers `q` from then on) and releases what it holds on the way out.
 const QUIT_GRACE: Duration = Duration::from_secs(10);
 
-/// Runs `work` until it finishes, Ctrl-C or SIGTERM arrives, or the learner quits step mode.
-/// After Ctrl-C the work is dropped at once (its services stop, its connections close); after
-/// `q` it gets [`QUIT_GRACE`] to end by itself. Either way the caller then cleans up what the runs
-/// left behind and stops the servers.
-pub async fn guarded<T>(
-    work: impl Future<Output = T>,
-    interrupts: &mut Interrupts,
-    gate: &Gate,
-) -> Guarded<T> {
-    tokio::pin!(work);
-    tokio::select! {
-        // Work that has finished wins over a signal that arrives in the same instant: its
-        // cleanup has run, and its result is the true one.
-        biased;
-        result = &mut work => Guarded::Finished(result),
-        _ = interrupts.recv() => Guarded::Interrupted,
-        _ = gate.quit_requested() => {
-            tokio::select! {
-                _ = tokio::time::timeout(QUIT_GRACE, &mut work) => Guarded::Quit,
-                _ = interrupts.recv() => Guarded::Interrupted,
+/// Whether the session pauses in step mode (`run`, `serve`) or never (`check` is headless).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Live,
+    Headless,
+}
+
+/// What every command that runs scenarios or services shares.
+pub struct Session {
+    pub lang: Lang,
+    pub color: bool,
+    pub format: FormatArg,
+    pub library: Library,
+    /// Pauses in step mode (`--step`, live only); never pauses otherwise.
+    pub gate: Gate,
+    /// How scenarios run in this call: `--keep`, `--toxiproxy-url`, proxies to clean.
+    pub config: RunConfig,
+    options: ServerOptions,
+    /// Locked only while waiting for a signal; never contended, but `guarded` takes `&self` so
+    /// the work it guards can borrow the session too.
+    interrupts: tokio::sync::Mutex<Interrupts>,
+}
+
+impl Session {
+    /// Starts listening for signals, then resolves language, colour, scenario files and gate.
+    pub fn open(global: &Global, mode: Mode) -> Result<Session, Failure> {
+        let interrupts = Interrupts::listen();
+        let lang = lang(global);
+        let color = color(global);
+        let library = library()?;
+        let gate = if global.step && mode == Mode::Live {
+            stepping_gate(&library, lang)
+        } else {
+            Gate::default()
+        };
+        Ok(Session {
+            lang,
+            color,
+            format: global.format,
+            library,
+            gate,
+            config: RunConfig {
+                keep: global.keep && mode == Mode::Live,
+                toxiproxy_url: global.toxiproxy_url.clone(),
+                proxies: Default::default(),
+            },
+            options: ServerOptions::new(global.database_url.clone(), global.redis_url.clone()),
+            interrupts: tokio::sync::Mutex::new(interrupts),
+        })
+    }
+
+    /// The live renderer on stdout.
+    pub fn sink(&self) -> SharedSink {
+        let renderer = match self.format {
+            FormatArg::Text => Renderer::Text(TextRenderer::new(
+                self.library.texts.clone(),
+                self.lang,
+                self.color,
+            )),
+            FormatArg::Json => {
+                Renderer::Json(JsonRenderer::new(self.library.texts.clone(), self.lang))
+            }
+        };
+        Arc::new(parking_lot::Mutex::new(WriteSink::new(
+            renderer,
+            std::io::stdout(),
+        )))
+    }
+
+    /// A narrator that renders live and pauses at the session's gate.
+    pub fn live_narrator(&self, sink: &SharedSink) -> Narrator {
+        Narrator::new(Some(sink.clone()), self.gate.clone())
+    }
+
+    /// Starts (or connects to) the servers, with a spinner on stderr when it is a terminal.
+    /// `Ok(None)`: Ctrl-C or SIGTERM came first; whatever was half started is already gone.
+    pub async fn start_servers(&self, needs: Needs) -> Result<Option<Servers>, Failure> {
+        // indicatif draws nothing when stderr is not a terminal: scripts and CI see no spinner.
+        // A spinner is made of escape codes, so NO_COLOR and --color never turn it off too.
+        let spinner = if self.color {
+            ProgressBar::new_spinner()
+        } else {
+            ProgressBar::hidden()
+        };
+        spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
+        spinner.set_message(self.library.texts.render(
+            COMMON,
+            self.lang,
+            &Msg::new("cli.starting"),
+        ));
+        spinner.enable_steady_tick(Duration::from_millis(100));
+        // Nothing pauses while servers start: only a signal can cut this short.
+        let started = self
+            .guarded_with(Servers::start(&self.options, needs), &Gate::default())
+            .await;
+        spinner.finish_and_clear();
+        match started {
+            Guarded::Finished(Ok(servers)) => Ok(Some(servers)),
+            // A URL that is not a URL is a usage error, not an unreachable server.
+            Guarded::Finished(Err(e @ lab_infra::InfraError::BadUrl { .. })) => Err(Failure {
+                code: exit::USAGE,
+                error: e.into(),
+            }),
+            Guarded::Finished(Err(e)) => Err(Failure::environment(e)),
+            Guarded::Interrupted | Guarded::Quit => Ok(None),
+        }
+    }
+
+    /// Runs `work` until it finishes, Ctrl-C or SIGTERM arrives, or the learner quits step mode.
+    /// After a signal the work is dropped at once (its services stop, its connections close);
+    /// after `q` it gets [`QUIT_GRACE`] to end by itself. Either way, [`Session::close`] then
+    /// cleans up what the runs left behind.
+    pub async fn guarded<T>(&self, work: impl Future<Output = T>) -> Guarded<T> {
+        self.guarded_with(work, &self.gate).await
+    }
+
+    async fn guarded_with<T>(&self, work: impl Future<Output = T>, gate: &Gate) -> Guarded<T> {
+        let mut interrupts = self.interrupts.lock().await;
+        tokio::pin!(work);
+        tokio::select! {
+            // Work that has finished wins over a signal that arrives in the same instant: its
+            // cleanup has run, and its result is the true one.
+            biased;
+            result = &mut work => Guarded::Finished(result),
+            _ = interrupts.recv() => Guarded::Interrupted,
+            _ = gate.quit_requested() => {
+                tokio::select! {
+                    _ = tokio::time::timeout(QUIT_GRACE, &mut work) => Guarded::Quit,
+                    _ = interrupts.recv() => Guarded::Interrupted,
+                }
             }
         }
     }
+
+    /// With `--keep` on throwaway servers, the data would vanish with the servers: keep them up
+    /// until the learner presses Enter (or closes stdin, or presses Ctrl-C).
+    pub async fn hold_kept_servers(&self, servers: &Servers) {
+        let throwaway = servers
+            .postgres
+            .as_ref()
+            .is_some_and(|p| p.origin == Origin::Throwaway)
+            || servers
+                .redis
+                .as_ref()
+                .is_some_and(|r| r.origin == Origin::Throwaway);
+        if !self.config.keep || !throwaway {
+            return;
+        }
+        if !std::io::stdin().is_terminal() {
+            eprintln!(
+                "lab: --keep with throwaway servers: they stop now, with the data; to inspect a \
+                 run afterwards, run in a terminal (lab waits for Enter) or pass \
+                 --database-url/--redis-url"
+            );
+            return;
+        }
+        eprintln!("lab: the throwaway servers stay up for inspection; press Enter to stop them");
+        let mut line = String::new();
+        let mut stdin = BufReader::new(tokio::io::stdin());
+        let _ = self
+            .guarded_with(stdin.read_line(&mut line), &Gate::default())
+            .await;
+    }
+
+    /// Ends the session: deletes proxies a cancelled run left on a given Toxiproxy, drops what
+    /// runs that did not finish left behind (unless `--keep`), and stops the servers.
+    pub async fn close(&self, servers: Servers) {
+        self.config.proxies.delete_left_over().await;
+        if !self.config.keep {
+            servers.clean_abandoned_runs().await;
+        }
+        servers.shutdown().await;
+    }
+}
+
+/// The gate for `--step`: prompts in the learner's language, answers from stdin.
+fn stepping_gate(library: &Library, lang: Lang) -> Gate {
+    let texts = library.texts.clone();
+    Gate::stepping(
+        BufReader::new(tokio::io::stdin()),
+        Box::new(move |pause| {
+            let key = match pause {
+                Pause::Step => "gate.step",
+                Pause::Service => "gate.service",
+                Pause::Predict => "gate.predict",
+                Pause::Reveal => "gate.reveal",
+            };
+            texts.render(COMMON, lang, &Msg::new(key))
+        }),
+    )
+}
+
+/// Says that lab was interrupted and everything is cleaned up; the exit code for it.
+pub fn interrupted() -> u8 {
+    eprintln!("lab: interrupted; servers and temporary files are cleaned up");
+    exit::INTERRUPTED
 }

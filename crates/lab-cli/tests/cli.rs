@@ -5,18 +5,21 @@ mod common;
 use std::io::Write;
 use std::process::Stdio;
 
-use common::{assert_code, lab, run, stderr, stdout};
-use serde_json::{Value, json};
+use common::{assert_code, catalogue, lab, run, scenarios_dir, stderr, stdout};
+use serde_json::Value;
 
 #[test]
 fn list_names_every_scenario_with_a_summary() {
     let out = run(&["list", "--lang", "en"]);
     assert_code(&out, 0);
     let text = stdout(&out);
-    assert!(
-        text.contains("duplicate ") && text.contains("idempotent "),
-        "{text}"
-    );
+    let names = catalogue();
+    assert!(names.len() >= 6, "{names:?}");
+    for (line, name) in text.lines().zip(&names) {
+        assert!(line.starts_with(&format!("{name} ")), "{line}");
+        assert!(line.len() > name.len() + 10, "no summary: {line}");
+    }
+    assert_eq!(text.lines().count(), names.len(), "{text}");
     assert!(!text.contains('⟦'), "a text is missing: {text}");
 }
 
@@ -53,68 +56,39 @@ fn help_documents_the_exit_codes() {
     }
 }
 
-/// The facts SCENARIOS.md requires, copied from it: the JSON contract of each scenario.
-fn contract(scenario: &str) -> Value {
-    match scenario {
-        "duplicate" => json!({
-            "reports_total": 2, "task_status": "completed", "task_attempts": 2,
-            "task_report_is_second": true
-        }),
-        "idempotent" => json!({
-            "reports_total": 1, "first_status": 201, "retry_status": 200, "retry_replayed": true,
-            "same_report_id": true, "task_status": "completed",
-            "per_attempt_key_reports_total": 2
-        }),
-        "timeout" => json!({
-            "first_outcome": "unknown", "reports_after_timeout": 1, "retry_status": 200,
-            "same_report_id": true, "reports_total": 1, "task_status": "completed"
-        }),
-        "concurrent" => json!({
-            "statuses": [200, 201], "same_report_id": true, "reports_total": 1,
-            "mismatch_status": 409, "naive_reports_total": 2
-        }),
-        "lease" => json!({
-            "strict_completed": false, "nonstrict_completed": true, "task_attempts": 1,
-            "task_status": "completed"
-        }),
-        "lease-stale" => json!({
-            "stale_strict_completed": false, "stale_nonstrict_completed": false,
-            "fresh_completed": true, "task_attempts": 2, "task_report_is_fresh": true
-        }),
-        other => panic!("no contract for {other}"),
-    }
-}
-
+/// Every scenario's JSON output ends with its summary, whose facts are the ones its
+/// `expected.json` (the single copy of its contract) names, measured.
 #[test]
-fn json_output_ends_with_the_summary_of_scenarios_md() {
-    for scenario in [
-        "duplicate",
-        "idempotent",
-        "concurrent",
-        "lease",
-        "lease-stale",
-    ] {
-        let out = run(&["run", scenario, "--format", "json"]);
-        assert_code(&out, 0);
-        let lines: Vec<Value> = stdout(&out)
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("every line is JSON"))
-            .collect();
-        let summary = lines.last().expect("some output");
+fn json_output_ends_with_the_summary_of_expected_json() {
+    let names = catalogue();
+    let out = run(&["run", "all", "--format", "json"]);
+    assert_code(&out, 0);
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+        .collect();
+    // One scenario's events run from its "start" to its "summary".
+    let runs: Vec<&[Value]> = lines.split_inclusive(|l| l["event"] == "summary").collect();
+    assert_eq!(runs.len(), names.len());
+    for (name, events) in names.iter().zip(runs) {
+        let summary = events.last().unwrap();
         assert_eq!(summary["event"], "summary");
-        assert_eq!(summary["scenario"], scenario);
+        assert_eq!(summary["scenario"], name.as_str());
         assert_eq!(summary["passed"], true);
-        for (name, value) in contract(scenario).as_object().unwrap() {
-            assert_eq!(&summary["facts"][name], value, "{scenario}: fact {name}");
-            assert_eq!(
-                &summary["expected"][name], value,
-                "{scenario}: expected {name}"
-            );
-        }
+        let file = scenarios_dir().join(name).join("expected.json");
+        let expected: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let expected = &expected["facts"];
+        assert!(
+            !expected.as_object().unwrap().is_empty(),
+            "{name}: no facts"
+        );
+        assert_eq!(&summary["expected"], expected, "{name}");
+        assert_eq!(&summary["facts"], expected, "{name}");
         let keys: Vec<&String> = summary.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["event", "scenario", "facts", "expected", "passed"]);
-        assert!(lines.iter().any(|l| l["event"] == "predict"));
-        assert!(lines.iter().any(|l| l["event"] == "reveal"));
+        assert!(events.iter().any(|l| l["event"] == "predict"), "{name}");
+        assert!(events.iter().any(|l| l["event"] == "reveal"), "{name}");
     }
 }
 

@@ -7,8 +7,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
 
 use common::{
-    assert_code, assert_nothing_left, entries, interrupt, lab, processes_in, run, shared_tempdir,
-    stderr, stdout,
+    assert_code, assert_nothing_left, catalogue, entries, interrupt, lab, processes_in, run,
+    shared_tempdir, stderr, stdout,
 };
 use lab_infra::{Needs, ServerOptions, Servers};
 
@@ -28,17 +28,10 @@ fn two_runs_tell_the_same_story_byte_for_byte() {
 #[test]
 fn twenty_runs_of_each_scenario_are_identical() {
     const RUNS: usize = 20;
-    let names = [
-        "duplicate",
-        "idempotent",
-        "timeout",
-        "concurrent",
-        "lease",
-        "lease-stale",
-    ];
+    let names = catalogue();
     let mut args = vec!["run", "--lang", "en"];
-    for name in names {
-        args.extend(std::iter::repeat_n(name, RUNS));
+    for name in &names {
+        args.extend(std::iter::repeat_n(name.as_str(), RUNS));
     }
     let out = run(&args);
     assert_code(&out, 0);

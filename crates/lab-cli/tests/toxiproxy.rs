@@ -4,12 +4,13 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use common::{assert_code, interrupt, lab, stderr};
 use faultproxy::FaultProxy;
+use parking_lot::Mutex;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn timeout_runs_on_a_given_toxiproxy_and_cleans_up_its_proxies() {
@@ -22,7 +23,6 @@ async fn timeout_runs_on_a_given_toxiproxy_and_cleans_up_its_proxies() {
             let seen = seen.clone();
             async move {
                 seen.lock()
-                    .unwrap()
                     .push(format!("{} {}", req.method(), req.uri().path()));
                 next.run(req).await
             }
@@ -41,7 +41,7 @@ async fn timeout_runs_on_a_given_toxiproxy_and_cleans_up_its_proxies() {
     .unwrap();
     assert_code(&out, 0);
 
-    let calls = calls.lock().unwrap().clone();
+    let calls = calls.lock().clone();
     let created = |prefix: &str| calls.iter().any(|c| c.starts_with(prefix));
     assert!(created("POST /proxies"), "no proxy was created: {calls:?}");
     assert!(

@@ -9,7 +9,9 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use tokio::sync::Barrier;
 
@@ -33,7 +35,7 @@ impl Checkpoints {
     /// Called by a service at a named point; runs the hook installed there, if any.
     pub async fn reached(&self, point: &str) {
         // Clone the hook out so the lock is not held while the hook waits.
-        let hook = self.hooks.lock().unwrap().get(point).cloned();
+        let hook = self.hooks.lock().get(point).cloned();
         if let Some(hook) = hook {
             hook().await;
         }
@@ -41,7 +43,7 @@ impl Checkpoints {
 
     /// Installs a hook at `point`, replacing any other.
     pub fn install(&self, point: &str, hook: Hook) {
-        self.hooks.lock().unwrap().insert(point.to_string(), hook);
+        self.hooks.lock().insert(point.to_string(), hook);
     }
 
     /// Holds every caller at `point` until `parties` callers are there, then lets all go on.
@@ -60,7 +62,7 @@ impl Checkpoints {
 
     /// Removes the hook at `point`: later callers pass straight through.
     pub fn clear(&self, point: &str) {
-        self.hooks.lock().unwrap().remove(point);
+        self.hooks.lock().remove(point);
     }
 }
 

@@ -5,8 +5,10 @@
 //! happens, and is recorded, so `lab check` can render the whole run again in both languages.
 //! The step methods are `async` because in step mode they wait at the [`Gate`].
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 
 use serde_json::Value;
 
@@ -71,9 +73,9 @@ impl Narrator {
     /// Sends an event to the sink and records it.
     pub fn emit(&self, event: Event) {
         if let Some(sink) = &self.inner.sink {
-            sink.lock().unwrap().emit(&event);
+            sink.lock().emit(&event);
         }
-        self.inner.events.lock().unwrap().push(event);
+        self.inner.events.lock().push(event);
     }
 
     pub fn start(&self, scenario: &str) {
@@ -158,7 +160,6 @@ impl Narrator {
         self.inner
             .facts
             .lock()
-            .unwrap()
             .insert(name.to_string(), value.clone());
         self.emit(Event::Fact {
             name: name.to_string(),
@@ -188,11 +189,11 @@ impl Narrator {
     }
 
     pub fn facts(&self) -> Facts {
-        self.inner.facts.lock().unwrap().clone()
+        self.inner.facts.lock().clone()
     }
 
     /// Everything emitted so far, in order.
     pub fn events(&self) -> Vec<Event> {
-        self.inner.events.lock().unwrap().clone()
+        self.inner.events.lock().clone()
     }
 }

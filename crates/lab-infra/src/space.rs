@@ -38,12 +38,9 @@ fn valid_run_id(run: &str) -> bool {
 }
 
 impl RunSpace {
-    /// Creates the schema, its tables (`schema_sql`, run with the schema as `search_path`) and
+    /// Creates the schema, its tables (`tables`: SQL scripts, run in order with the schema as `search_path`) and
     /// the connections of a new run.
-    pub async fn create(
-        servers: &Servers,
-        schema_sql: &'static str,
-    ) -> Result<RunSpace, InfraError> {
+    pub async fn create(servers: &Servers, tables: &[&str]) -> Result<RunSpace, InfraError> {
         let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
         let schema = format!("lab_{run_id}");
         let prefix = format!("lab:{run_id}:");
@@ -67,7 +64,9 @@ impl RunSpace {
                             .application_name(&schema),
                     )
                     .await?;
-                sqlx::raw_sql(schema_sql).execute(&pool).await?;
+                for sql in tables {
+                    sqlx::raw_sql(AssertSqlSafe(*sql)).execute(&pool).await?;
+                }
                 let url = format!("{}?options=-csearch_path%3D{schema}", server.url);
                 (Some(pool), Some(url))
             }

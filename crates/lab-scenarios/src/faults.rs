@@ -8,12 +8,15 @@
 //! the proxies it created when it ends.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use faultproxy::client::{ClientError, ToxiproxyClient};
 use faultproxy::{FaultProxy, Stream, Toxic, ToxicKind};
+use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Proxies created on a given Toxiproxy and not yet deleted, across the runs of one `lab`
 /// call. A run deletes its own when it ends; a run cancelled by Ctrl-C cannot, so the CLI
@@ -25,16 +28,13 @@ pub struct ProxyLedger {
 
 impl ProxyLedger {
     fn add(&self, client: &ToxiproxyClient, name: &str) {
-        self.open
-            .lock()
-            .unwrap()
-            .push((client.clone(), name.to_string()));
+        self.open.lock().push((client.clone(), name.to_string()));
     }
 
     /// Deletes the proxies whose names start with `prefix` (one run's), and forgets them.
     async fn delete(&self, prefix: &str) {
         let mine: Vec<_> = {
-            let mut open = self.open.lock().unwrap();
+            let mut open = self.open.lock();
             let (mine, others) = std::mem::take(&mut *open)
                 .into_iter()
                 .partition(|(_, name)| name.starts_with(prefix));
@@ -52,12 +52,21 @@ impl ProxyLedger {
     }
 }
 
-/// The proxies of one run, and the API that configures them.
+/// The embedded proxy, and its API server.
+struct Embedded {
+    proxies: FaultProxy,
+    /// Stops the API server (gracefully, in [`Faults::release`]).
+    stop: CancellationToken,
+    api: JoinHandle<()>,
+}
+
+/// The proxies of one run (or of `lab serve`), and the API that configures them.
 pub struct Faults {
     client: ToxiproxyClient,
-    /// The embedded proxy and its API server; `None` with an external Toxiproxy.
-    embedded: Option<(FaultProxy, JoinHandle<()>)>,
-    /// Prefixed to every proxy name: `lab_<run>_`.
+    /// `None` with an external Toxiproxy.
+    embedded: Option<Embedded>,
+    /// Prefixed to every proxy name: `lab_<run>_` (empty in `lab serve`, whose proxies carry the
+    /// services' own names).
     prefix: String,
     /// Where proxies on a given Toxiproxy are recorded until deleted (`None`: embedded, whose
     /// proxies stop when this `Faults` is dropped).
@@ -71,19 +80,32 @@ pub struct ToxicHandle {
 }
 
 impl Faults {
-    /// The embedded proxy, its API on a free loopback port.
-    pub async fn embedded(run_id: &str) -> std::io::Result<Faults> {
-        let proxies = FaultProxy::new();
+    /// The embedded proxy of a scenario run, its API on a free loopback port.
+    pub async fn embedded(run_id: &str, tasks: &TaskTracker) -> std::io::Result<Faults> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Faults::embedded_on(listener, &format!("lab_{run_id}_"), tasks)
+    }
+
+    /// The embedded proxy with its Toxiproxy API served on `listener`; proxy names get `prefix`.
+    pub fn embedded_on(
+        listener: TcpListener,
+        prefix: &str,
+        tasks: &TaskTracker,
+    ) -> std::io::Result<Faults> {
+        let proxies = FaultProxy::new();
         let client = ToxiproxyClient::new(&format!("http://{}", listener.local_addr()?));
-        let server = proxies.clone();
-        let task = tokio::spawn(async move {
-            let _ = server.serve_api(listener).await;
+        let router = proxies.router();
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let api = tasks.spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(stopped.cancelled_owned())
+                .await;
         });
         Ok(Faults {
             client,
-            embedded: Some((proxies, task)),
-            prefix: format!("lab_{run_id}_"),
+            embedded: Some(Embedded { proxies, stop, api }),
+            prefix: prefix.to_string(),
             ledger: None,
         })
     }
@@ -113,12 +135,28 @@ impl Faults {
         format!("{}{hop}", self.prefix)
     }
 
-    /// Puts a proxy in front of `upstream`; returns the address clients must use instead.
+    /// The URL of the Toxiproxy API that configures these proxies.
+    pub fn api_url(&self) -> &str {
+        self.client.base()
+    }
+
+    /// Puts a proxy in front of `upstream` on a free port; returns the address clients must use
+    /// instead.
     pub async fn hop(&self, hop: &str, upstream: SocketAddr) -> Result<SocketAddr, ClientError> {
+        self.hop_at(hop, "127.0.0.1:0", upstream).await
+    }
+
+    /// Puts a proxy listening on `listen` in front of `upstream`.
+    pub async fn hop_at(
+        &self,
+        hop: &str,
+        listen: &str,
+        upstream: SocketAddr,
+    ) -> Result<SocketAddr, ClientError> {
         let name = self.full_name(hop);
         let info = self
             .client
-            .create_proxy(&name, "127.0.0.1:0", &upstream.to_string())
+            .create_proxy(&name, listen, &upstream.to_string())
             .await?;
         if let Some(ledger) = &self.ledger {
             ledger.add(&self.client, &name);
@@ -153,22 +191,39 @@ impl Faults {
 
     /// The embedded proxy of a hop, for one-shot faults. `None` with an external Toxiproxy.
     pub fn embedded_proxy(&self, hop: &str) -> Option<faultproxy::Proxy> {
-        let (proxies, _) = self.embedded.as_ref()?;
-        proxies.get(&self.full_name(hop))
+        let embedded = self.embedded.as_ref()?;
+        embedded.proxies.get(&self.full_name(hop))
     }
 
-    /// Deletes the proxies this run created on a given Toxiproxy (it keeps them otherwise).
-    pub async fn release(&self) {
+    /// Ends the run's fault plane: deletes the proxies this run created on a given Toxiproxy (it
+    /// keeps them otherwise); stops the embedded API and proxies.
+    pub async fn release(mut self) {
         if let Some(ledger) = &self.ledger {
             ledger.delete(&self.prefix).await;
+        }
+        if let Some(embedded) = self.embedded.take() {
+            embedded.stop.cancel();
+            // Idle keep-alive connections are closed by the graceful shutdown; a request still
+            // in flight gets a moment, then is cut.
+            let mut api = embedded.api;
+            if tokio::time::timeout(std::time::Duration::from_secs(1), &mut api)
+                .await
+                .is_err()
+            {
+                api.abort();
+            }
+            // Dropping the last handle of the registry stops every proxy and its connections.
+            drop(embedded.proxies);
         }
     }
 }
 
 impl Drop for Faults {
     fn drop(&mut self) {
-        if let Some((_, task)) = &self.embedded {
-            task.abort();
+        // Not released (the run was cancelled): stop the API server at once.
+        if let Some(embedded) = &self.embedded {
+            embedded.stop.cancel();
+            embedded.api.abort();
         }
     }
 }

@@ -29,7 +29,7 @@ fn every_text_exists_in_both_languages() {
     )
     .unwrap();
     assert_same_keys(&dir.texts);
-    for scenario in CATALOGUE {
+    for scenario in CATALOGUE.iter() {
         for key in [
             "title",
             "summary",
@@ -72,7 +72,7 @@ fn the_embedded_copies_load_and_match_the_files() {
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios"),
     )
     .unwrap();
-    for scenario in CATALOGUE {
+    for scenario in CATALOGUE.iter() {
         assert_eq!(
             embedded.expected_facts(scenario.name),
             dir.expected_facts(scenario.name)

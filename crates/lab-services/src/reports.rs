@@ -15,7 +15,7 @@
 //! Of two concurrent requests with one key, exactly one insert returns a row; the other waits for
 //! the first to commit, inserts nothing, and then reads the winner's row and compares payload
 //! hashes. Checking first with a SELECT and inserting after (the naive endpoint,
-//! `POST /naive/reports`, kept for the `concurrent` scenario) lets both requests see "no report
+//! `POST /naive/reports`, kept to show the race) lets both requests see "no report
 //! yet" and both insert.
 //!
 //! Other endpoints: `GET /reports` (count and rows: the service's own view, used for facts),
@@ -26,25 +26,75 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lab_core::{Checkpoints, Msg, Narrator};
+use lab_core::{Checkpoints, Msg};
+use lab_infra::Needs;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
+use tokio_util::task::TaskTracker;
 
 use crate::api::{ApiError, JsonBody, not_found};
+use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
+
+/// The report service, as the lab starts it.
+pub static SPEC: ServiceSpec = ServiceSpec {
+    name: NAME,
+    title: "report service",
+    needs: Needs::POSTGRES,
+    schema: include_str!("reports.sql"),
+    calls: &[],
+    checkpoints: &[
+        Checkpoint {
+            name: BEFORE_INSERT,
+            about: "inside the transaction, just before the INSERT",
+        },
+        Checkpoint {
+            name: AFTER_INSERT,
+            about: "the INSERT returned a new id; not committed yet",
+        },
+        Checkpoint {
+            name: COMMITTED,
+            about: "a new report is committed; the answer is about to go out",
+        },
+        Checkpoint {
+            name: NAIVE_AFTER_CHECK,
+            about: "the naive endpoint found no report and is about to INSERT",
+        },
+    ],
+    demo: DEMO,
+    router: |env| ReportService::from_env(env).map(ReportService::router),
+};
+
+/// The service's name: in narration, and the name of its fault-proxy hop.
+pub const NAME: &str = "reports";
+
+const DEMO: &str = r#"  # create a report, then send the same request again: 201, then 200 with the same id
+  curl -i -X POST {url}/reports -H 'Content-Type: application/json' \
+       -H 'Idempotency-Key: report-task-42' -d '{"task_id":42,"report_type":"monthly"}'
+  # hold every answer of the report service 900 ms on its way back
+  curl -s -X POST {api}/proxies/reports/toxics -H 'Content-Type: application/json' \
+       -d '{"type":"latency","stream":"downstream","attributes":{"latency":900}}'
+  # a client that waits 150 ms: a timeout, yet the report is created
+  curl -i --max-time 0.15 -X POST {url}/reports -H 'Content-Type: application/json' \
+       -H 'Idempotency-Key: report-task-43' -d '{"task_id":43,"report_type":"monthly"}'
+  curl -s {direct}/reports
+  # (report ids may skip numbers: an INSERT that meets an existing key still draws one)
+  # take the service off the network, then heal everything
+  curl -s -X POST {api}/proxies/reports -d '{"enabled":false}'
+  curl -s -X POST {api}/reset"#;
 
 /// The longest Idempotency-Key accepted (Stripe's limit; the IETF draft sets none).
 pub const MAX_KEY_LEN: usize = 255;
 
-/// Checkpoint: inside the handler's transaction, just before the INSERT. The `concurrent`
-/// scenario holds two requests here until both have arrived.
+/// Checkpoint: inside the handler's transaction, just before the INSERT. A race is staged by
+/// holding two requests here until both have arrived.
 pub const BEFORE_INSERT: &str = "reports.before_insert";
 /// Checkpoint: the INSERT returned a new id; the transaction has not committed yet, so the new
 /// row (and its key) is still invisible to others, and another INSERT of the key must wait.
 pub const AFTER_INSERT: &str = "reports.after_insert";
-/// Checkpoint: a new report is committed and the service is about to answer. The `timeout`
-/// scenario waits for it before reading the table, whatever the client saw.
+/// Checkpoint: a new report is committed and the service is about to answer. A scenario whose
+/// client gave up waits for it before reading the table, whatever the client saw.
 pub const COMMITTED: &str = "reports.committed";
 /// Checkpoint: the naive endpoint has run its SELECT (and found nothing) and is about to INSERT.
 pub const NAIVE_AFTER_CHECK: &str = "reports.naive.after_check";
@@ -53,10 +103,11 @@ pub const NAIVE_AFTER_CHECK: &str = "reports.naive.after_check";
 #[derive(Clone)]
 pub struct ReportService {
     pool: PgPool,
-    /// Tells the story from inside the service (`None`: silent, e.g. during a race whose
-    /// interleaving must not show up in the narrative).
-    narrator: Option<Narrator>,
+    /// Tells the story from inside the service.
+    voice: Voice,
     checkpoints: Checkpoints,
+    /// Where each create request's work runs, so it outlives a client that gave up.
+    tasks: TaskTracker,
 }
 
 /// The request body of `POST /reports`.
@@ -74,12 +125,14 @@ pub struct ReportCreated {
 }
 
 impl ReportService {
-    pub fn new(pool: PgPool, narrator: Option<Narrator>, checkpoints: Checkpoints) -> Self {
-        ReportService {
-            pool,
-            narrator,
-            checkpoints,
-        }
+    /// The service over the run's database, reporting through the run's voice.
+    pub fn from_env(env: ServiceEnv) -> Result<ReportService, ServiceError> {
+        Ok(ReportService {
+            pool: env.pg(NAME)?,
+            voice: env.voice,
+            checkpoints: env.checkpoints,
+            tasks: env.tasks,
+        })
     }
 
     /// The HTTP routes of the service.
@@ -101,9 +154,7 @@ impl ReportService {
     }
 
     async fn tell(&self, msg: Msg) {
-        if let Some(narrator) = &self.narrator {
-            narrator.service("reports", msg).await;
-        }
+        self.voice.tell(NAME, msg).await;
     }
 }
 
@@ -200,7 +251,9 @@ async fn create_report(
 ) -> Result<Response, ApiError> {
     validate(&req)?;
     let key = idempotency_key(&headers)?;
-    tokio::spawn(create_report_to_the_end(service, key, req))
+    let tasks = service.tasks.clone();
+    tasks
+        .spawn(create_report_to_the_end(service, key, req))
         .await
         .unwrap_or_else(|e| {
             eprintln!("lab service: the report handler failed: {e}");

@@ -2,12 +2,10 @@
 
 use lab_core::Checkpoints;
 use lab_infra::{Needs, RunSpace, ServerOptions, Servers};
-use lab_services::RunningService;
-use lab_services::reports::{self, ReportService};
+use lab_services::reports;
+use lab_services::{RunningService, ServiceEnv, Voice, launch};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
 
 /// A throwaway PostgreSQL, a run space and the service on a loopback port.
 struct Fixture {
@@ -29,10 +27,21 @@ impl Fixture {
         )
         .await
         .unwrap();
-        let space = RunSpace::create(&servers, SCHEMA_SQL).await.unwrap();
+        let space = RunSpace::create(&servers, &[reports::SPEC.schema])
+            .await
+            .unwrap();
         let checkpoints = Checkpoints::new();
-        let service = ReportService::new(space.pg.clone().unwrap(), None, checkpoints.clone());
-        let service = RunningService::start(service.router()).await.unwrap();
+        let env = ServiceEnv {
+            pg: space.pg.clone(),
+            redis: None,
+            key_prefix: space.prefix.clone(),
+            peers: Default::default(),
+            voice: Voice::default(),
+            checkpoints: checkpoints.clone(),
+            tasks: Default::default(),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let service = launch(&reports::SPEC, env, listener).unwrap();
         Fixture {
             servers,
             space: Some(space),
@@ -69,6 +78,7 @@ impl Fixture {
     }
 
     async fn finish(mut self) {
+        self.service.stop().await;
         self.space
             .take()
             .unwrap()

@@ -8,12 +8,12 @@
 use colored::Colorize;
 use lab_core::facts::compare;
 use lab_core::render::render_text;
-use lab_core::{Event, Gate, Lang, Narrator};
-use lab_scenarios::{Library, RunConfig, RunReport};
+use lab_core::{Event, Lang, Narrator};
+use lab_scenarios::{Library, RunReport};
 use similar::TextDiff;
 
 use crate::cli::{FormatArg, Global, exit};
-use crate::session::{self, Failure, Guarded, Interrupts};
+use crate::session::{self, Failure, Guarded, Mode, Session};
 
 /// The narratives of a run in both languages. When blessing, the summary is rendered as if the
 /// measured facts were the expected ones, which is what they are about to become.
@@ -125,38 +125,29 @@ fn print_text(name: &str, verdict: &Verdict, bless: bool, color: bool) {
     }
 }
 
-pub async fn check(
-    global: &Global,
-    names: &[String],
-    bless: bool,
-    interrupts: &mut Interrupts,
-) -> Result<u8, Failure> {
+pub async fn check(global: &Global, names: &[String], bless: bool) -> Result<u8, Failure> {
+    // Headless: no pauses, whatever --step says, and nothing kept.
+    let session = Session::open(global, Mode::Headless)?;
     let scenarios = session::resolve(names)?;
-    let lang = session::lang(global);
-    let color = session::color(global);
-    let library = session::library()?;
-    let needs = session::needs(&scenarios);
-    // Headless: no pauses, whatever --step says.
-    let gate = Gate::default();
-    let Some(servers) = session::start_servers(global, needs, &library, lang, interrupts).await?
-    else {
+    let library = &session.library;
+    let Some(servers) = session.start_servers(session::needs(&scenarios)).await? else {
         return Ok(session::interrupted());
     };
 
-    let config = RunConfig {
-        keep: false,
-        toxiproxy_url: global.toxiproxy_url.clone(),
-        proxies: Default::default(),
-    };
     let work = async {
         let mut drift = false;
-        for scenario in &scenarios {
-            let report =
-                lab_scenarios::run(scenario, &servers, Narrator::recording(), &library, &config)
-                    .await
-                    .map_err(session::scenario_failure)?;
-            let rendered = narratives(&library, &report, bless);
-            let verdict = judge(&library, &report, &rendered);
+        for &scenario in &scenarios {
+            let report = lab_scenarios::run(
+                scenario,
+                &servers,
+                Narrator::recording(),
+                library,
+                &session.config,
+            )
+            .await
+            .map_err(session::scenario_failure)?;
+            let rendered = narratives(library, &report, bless);
+            let verdict = judge(library, &report, &rendered);
             if bless {
                 library
                     .bless(scenario.name, &report.facts, &rendered)
@@ -165,7 +156,7 @@ pub async fn check(
                 drift |= !verdict.ok();
             }
             match global.format {
-                FormatArg::Text => print_text(scenario.name, &verdict, bless, color),
+                FormatArg::Text => print_text(scenario.name, &verdict, bless, session.color),
                 FormatArg::Json => say!(
                     "{}",
                     serde_json::json!({
@@ -184,11 +175,8 @@ pub async fn check(
         }
         Ok::<bool, Failure>(drift)
     };
-    let outcome = session::guarded(work, interrupts, &gate).await;
-    // Proxies a cancelled run left on a given Toxiproxy.
-    config.proxies.delete_left_over().await;
-    servers.clean_abandoned_runs().await;
-    servers.shutdown().await;
+    let outcome = session.guarded(work).await;
+    session.close(servers).await;
     match outcome {
         Guarded::Finished(Ok(false)) => Ok(exit::OK),
         Guarded::Finished(Ok(true)) => Ok(exit::DRIFT),

@@ -74,18 +74,28 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
     let usable = (postgres.is_ok() || !needs.postgres)
         && (redis.is_ok() || !needs.redis)
         && toxiproxy.is_ok();
-    let scenario_needs = |s: &lab_scenarios::Scenario| {
+    let scenario_needs = |s: &lab_scenarios::Entry| {
+        let requires = s.requires();
+        let servers = requires.servers();
         let mut parts = Vec::new();
-        if s.needs.postgres {
-            parts.push("PostgreSQL");
+        if servers.postgres {
+            parts.push("PostgreSQL".to_string());
         }
-        if s.needs.redis {
-            parts.push("Redis");
+        if servers.redis {
+            parts.push("Redis".to_string());
         }
-        match s.faults {
+        if !requires.services.is_empty() {
+            let names: Vec<&str> = requires.services.iter().map(|s| s.name).collect();
+            parts.push(format!("services: {}", names.join(", ")));
+        }
+        match requires.faults {
             FaultUse::None => {}
-            FaultUse::Toxics => parts.push("fault proxy (toxics: a given Toxiproxy works too)"),
-            FaultUse::OneShot => parts.push("fault proxy (one-shot faults: embedded only)"),
+            FaultUse::Toxics(_) => {
+                parts.push("fault proxy (toxics: a given Toxiproxy works too)".to_string())
+            }
+            FaultUse::OneShot(_) => {
+                parts.push("fault proxy (one-shot faults: embedded only)".to_string())
+            }
         }
         parts
     };
@@ -105,7 +115,7 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
                     "scenarios": all.iter().map(|s| json!({
                         "scenario": s.name,
                         "needs": scenario_needs(s),
-                        "external_toxiproxy": s.faults != FaultUse::OneShot,
+                        "external_toxiproxy": !matches!(s.requires().faults, FaultUse::OneShot(_)),
                     })).collect::<Vec<_>>(),
                     "usable": usable,
                 })

@@ -14,14 +14,14 @@ pub fn list(global: &Global) -> Result<u8, Failure> {
         .map(|s| s.name.len())
         .max()
         .unwrap_or(0);
-    for scenario in lab_scenarios::CATALOGUE {
+    for scenario in lab_scenarios::CATALOGUE.iter() {
         let summary = render(scenario.name, "summary");
         match global.format {
             FormatArg::Json => say!(
                 "{}",
                 serde_json::json!({
                     "scenario": scenario.name,
-                    "lesson": scenario.lesson,
+                    "lesson": scenario.lesson.id,
                     "title": render(scenario.name, "title"),
                     "summary": summary,
                 })

@@ -9,21 +9,16 @@ mod serve;
 pub use serve::DEFAULT_PORT_BASE;
 
 use crate::cli::{Cli, Command};
-use crate::session::{Failure, Interrupts};
+use crate::session::Failure;
 
 /// Runs the command and turns any failure into one line on stderr and its exit code.
 pub async fn dispatch(cli: Cli) -> u8 {
-    let mut interrupts = Interrupts::listen();
     let result = match &cli.command {
         Command::List => list::list(&cli.global),
-        Command::Run { names } => run::run(&cli.global, names, &mut interrupts).await,
-        Command::Check { names, bless } => {
-            check::check(&cli.global, names, *bless, &mut interrupts).await
-        }
+        Command::Run { names } => run::run(&cli.global, names).await,
+        Command::Check { names, bless } => check::check(&cli.global, names, *bless).await,
         Command::Doctor => doctor::doctor(&cli.global).await,
-        Command::Serve { port_base } => {
-            serve::serve(&cli.global, *port_base, &mut interrupts).await
-        }
+        Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,
     };
     match result {
         Ok(code) => code,

@@ -1,56 +1,63 @@
-//! `lab serve`: the bundled services on fixed loopback ports, each behind a fault proxy, and the
+//! `lab serve`: every bundled service on fixed loopback ports, each behind a fault proxy, and the
 //! Toxiproxy API to break them live in class.
 //!
-//! Ports are fixed (and documented) so an instructor can prepare curl lines in advance:
+//! Ports are fixed (and documented) so an instructor can prepare curl lines in advance. Service
+//! number `i` of [`lab_services::ALL`] (the report service is 0) gets:
 //!
-//! | port          | what                                           |
-//! |---------------|------------------------------------------------|
-//! | base + 4      | the Toxiproxy API (8474 by default)            |
-//! | base + 10     | the report service, through proxy `reports`   |
-//! | base + 20     | the report service, direct (the proxy's upstream) |
+//! | port            | what                                              |
+//! |-----------------|---------------------------------------------------|
+//! | base + 4        | the Toxiproxy API (8474 by default)               |
+//! | base + 10 + i   | the service, through the proxy named after it     |
+//! | base + 20 + i   | the service, direct (the proxy's upstream)        |
 //!
-//! `--port-base` moves all of them. Services narrate what they do, in the chosen language, as
-//! requests arrive (and pause there with `--step`). Ctrl-C stops everything and removes the
-//! session's schema and the throwaway servers.
+//! `--port-base` moves all of them. The services are started from their specs exactly as a
+//! scenario run starts them (`lab_scenarios::stage`); they narrate what they do, in the chosen
+//! language, as requests arrive (and pause there with `--step`). Ctrl-C stops everything and
+//! removes the session's schema and the throwaway servers.
 
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
 
-use faultproxy::FaultProxy;
 use lab_core::Checkpoints;
-use lab_core::Narrator;
 use lab_infra::{Needs, Origin, RunSpace, Servers};
-use lab_scenarios::SCHEMA_SQL;
-use lab_services::RunningService;
-use lab_services::reports::ReportService;
+use lab_scenarios::Faults;
+use lab_scenarios::stage::{self, Ports, Stage, StageConfig};
+use lab_services::{ALL, ServiceSpec};
 use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
 
 use crate::cli::{Global, exit};
-use crate::session::{self, Failure, Guarded, Interrupts};
+use crate::session::{Failure, Guarded, Mode, Session};
 
 /// The default port base: the Toxiproxy API lands on 8474, Toxiproxy's own port.
 pub const DEFAULT_PORT_BASE: u16 = 8470;
 
-/// The fixed ports of `lab serve`.
-struct Ports {
+/// Where the API, each service's proxy and each service listen.
+struct Plan {
     api: u16,
-    reports_proxy: u16,
-    reports_direct: u16,
+    /// (service, its proxy's port, its own port)
+    services: Vec<(&'static ServiceSpec, u16, u16)>,
 }
 
-impl Ports {
-    fn from_base(base: u16) -> Result<Ports, Failure> {
+impl Plan {
+    fn from_base(base: u16) -> Result<Plan, Failure> {
+        let last = 20 + ALL.len() as u16 - 1;
         let at = |offset: u16| {
             base.checked_add(offset).ok_or_else(|| {
                 Failure::usage(format!(
                     "--port-base {base} is too high (max {})",
-                    u16::MAX - 20
+                    u16::MAX - last
                 ))
             })
         };
-        Ok(Ports {
+        at(last)?;
+        let services = ALL
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| Ok((*spec, at(10 + i as u16)?, at(20 + i as u16)?)))
+            .collect::<Result<_, Failure>>()?;
+        Ok(Plan {
             api: at(4)?,
-            reports_proxy: at(10)?,
-            reports_direct: at(20)?,
+            services,
         })
     }
 }
@@ -65,23 +72,47 @@ async fn bind(port: u16, what: &str) -> Result<TcpListener, Failure> {
     })
 }
 
-fn print_endpoints(ports: &Ports, servers: &Servers, space: &RunSpace) {
-    let Ports {
-        api,
-        reports_proxy,
-        reports_direct,
-    } = ports;
-    let proxied = format!("http://127.0.0.1:{reports_proxy}");
+/// The listeners of the plan, bound before any server starts so a taken port is reported at
+/// once. A proxy's port is only probed (the proxy binds it itself), so it could still be taken
+/// meanwhile; that too ends with a clear message and exit 3.
+struct Bound {
+    api: TcpListener,
+    direct: BTreeMap<&'static str, (TcpListener, String)>,
+}
+
+async fn bind_all(plan: &Plan) -> Result<Bound, Failure> {
+    let api = bind(plan.api, "the Toxiproxy API").await?;
+    let mut direct = BTreeMap::new();
+    for (spec, proxy, own) in &plan.services {
+        let listener = bind(*own, &format!("the {} service", spec.name)).await?;
+        drop(bind(*proxy, &format!("the {} service's proxy", spec.name)).await?);
+        direct.insert(spec.name, (listener, format!("127.0.0.1:{proxy}")));
+    }
+    Ok(Bound { api, direct })
+}
+
+fn print_endpoints(plan: &Plan, servers: &Servers, space: &RunSpace, stage: &Stage) {
+    let api = format!("http://127.0.0.1:{}", plan.api);
     say!("lab serve: the bundled services on 127.0.0.1 (Ctrl-C stops everything)");
     say!();
     say!("  service          through the fault proxy      direct");
+    for handle in stage.services() {
+        say!(
+            "  {:<16} {:<28} http://{}",
+            handle.spec.title,
+            handle.url,
+            handle.direct
+        );
+    }
+    let proxies: Vec<String> = stage
+        .services()
+        .iter()
+        .filter_map(|h| Some(format!("\"{}\": {} → {}", h.spec.name, h.hop?, h.direct)))
+        .collect();
     say!(
-        "  {:<16} {proxied:<28} http://127.0.0.1:{reports_direct}",
-        "report service"
-    );
-    say!(
-        "  {:<16} http://127.0.0.1:{api}  (proxy \"reports\": 127.0.0.1:{reports_proxy} → 127.0.0.1:{reports_direct})",
-        "Toxiproxy API"
+        "  {:<16} {api}  (proxy {})",
+        "Toxiproxy API",
+        proxies.join(", ")
     );
     if let Some(url) = &space.pg_url {
         say!("  {:<16} {url}", "PostgreSQL");
@@ -100,123 +131,84 @@ fn print_endpoints(ports: &Ports, servers: &Servers, space: &RunSpace) {
     }
     say!();
     say!("Try:");
-    say!("  # create a report, then send the same request again: 201, then 200 with the same id");
-    say!(
-        "  curl -i -X POST http://127.0.0.1:{reports_proxy}/reports -H 'Content-Type: application/json' \\\n       -H 'Idempotency-Key: report-task-42' -d '{{\"task_id\":42,\"report_type\":\"monthly\"}}'"
-    );
-    say!("  # hold every answer of the report service 900 ms on its way back");
-    say!(
-        "  curl -s -X POST http://127.0.0.1:{api}/proxies/reports/toxics -H 'Content-Type: application/json' \\\n       -d '{{\"type\":\"latency\",\"stream\":\"downstream\",\"attributes\":{{\"latency\":900}}}}'"
-    );
-    say!("  # a client that waits 150 ms: a timeout, yet the report is created");
-    say!(
-        "  curl -i --max-time 0.15 -X POST http://127.0.0.1:{reports_proxy}/reports -H 'Content-Type: application/json' \\\n       -H 'Idempotency-Key: report-task-43' -d '{{\"task_id\":43,\"report_type\":\"monthly\"}}'"
-    );
-    say!("  curl -s http://127.0.0.1:{reports_direct}/reports");
-    say!("  # (report ids may skip numbers: an INSERT that meets an existing key still draws one)");
-    say!("  # take the service off the network, then heal everything");
-    say!("  curl -s -X POST http://127.0.0.1:{api}/proxies/reports -d '{{\"enabled\":false}}'");
-    say!("  curl -s -X POST http://127.0.0.1:{api}/reset");
+    for handle in stage.services() {
+        let demo = handle
+            .spec
+            .demo
+            .replace("{url}", &handle.url)
+            .replace("{direct}", &format!("http://{}", handle.direct))
+            .replace("{api}", &api);
+        say!("{demo}");
+    }
     say!();
 }
 
-pub async fn serve(
-    global: &Global,
-    port_base: u16,
-    interrupts: &mut Interrupts,
-) -> Result<u8, Failure> {
-    let ports = Ports::from_base(port_base)?;
-    let lang = session::lang(global);
-    let color = session::color(global);
-    let library = session::library()?;
-    let gate = super::run::gate(global, &library, lang);
+pub async fn serve(global: &Global, port_base: u16) -> Result<u8, Failure> {
+    let plan = Plan::from_base(port_base)?;
+    let session = Session::open(global, Mode::Live)?;
+    let bound = bind_all(&plan).await?;
 
-    // Take the ports first: a taken port is reported before the servers start. The proxy's port
-    // is only probed (the proxy binds it itself later), so it could still be taken meanwhile;
-    // that too ends with a clear message and exit 3.
-    let api_listener = bind(ports.api, "the Toxiproxy API").await?;
-    let direct_listener = bind(ports.reports_direct, "the report service").await?;
-    drop(bind(ports.reports_proxy, "the report service's proxy").await?);
-
-    let Some(servers) =
-        session::start_servers(global, Needs::BOTH, &library, lang, interrupts).await?
-    else {
-        // Ctrl-C is how serve ends, whenever it comes.
+    let needs = ALL
+        .iter()
+        .fold(Needs::default(), |acc, s| acc.union(s.all_needs()));
+    // Ctrl-C is how serve ends, whenever it comes.
+    let Some(servers) = session.start_servers(needs).await? else {
         return Ok(exit::OK);
     };
-    let space = match RunSpace::create(&servers, SCHEMA_SQL).await {
+    let space = match RunSpace::create(&servers, &stage::schemas(ALL)).await {
         Ok(space) => space,
         Err(e) => {
-            servers.shutdown().await;
+            session.close(servers).await;
             return Err(Failure::environment(e));
         }
     };
 
-    let outcome = session::guarded(
-        run_services(
-            global,
-            &library,
-            lang,
-            color,
-            &gate,
-            &ports,
-            &servers,
-            &space,
-            api_listener,
-            direct_listener,
-        ),
-        interrupts,
-        &gate,
-    )
-    .await;
-    let kept = global.keep;
-    let _ = space.release(&servers, kept).await;
-    servers.shutdown().await;
-    match outcome {
-        Guarded::Finished(Err(e)) => Err(e),
-        _ => {
-            eprintln!("lab serve: stopped; services, schema and throwaway servers are gone");
-            Ok(exit::OK)
+    let tasks = TaskTracker::new();
+    let started = session
+        .guarded(start_services(
+            &session, &plan, bound, &servers, &space, &tasks,
+        ))
+        .await;
+    let outcome = match started {
+        Guarded::Finished(Ok((stage, faults))) => {
+            // Serve until Ctrl-C (or `q` in step mode), then stop the services gracefully.
+            session.guarded(std::future::pending::<()>()).await;
+            stage.stop().await;
+            faults.release().await;
+            Ok(())
         }
-    }
+        Guarded::Finished(Err(e)) => Err(e),
+        Guarded::Interrupted | Guarded::Quit => Ok(()),
+    };
+    tasks.close();
+    let _ = space.release(&servers, session.config.keep).await;
+    session.close(servers).await;
+    outcome?;
+    eprintln!("lab serve: stopped; services, schema and throwaway servers are gone");
+    Ok(exit::OK)
 }
 
-/// Starts the services and the API, prints where they are, and serves until cancelled.
-#[allow(clippy::too_many_arguments)]
-async fn run_services(
-    global: &Global,
-    library: &lab_scenarios::Library,
-    lang: lab_core::Lang,
-    color: bool,
-    gate: &lab_core::Gate,
-    ports: &Ports,
+/// Starts the API and the services, and prints where they are.
+async fn start_services(
+    session: &Session,
+    plan: &Plan,
+    bound: Bound,
     servers: &Servers,
     space: &RunSpace,
-    api_listener: TcpListener,
-    direct_listener: TcpListener,
-) -> Result<(), Failure> {
-    let narrator = Narrator::new(
-        Some(super::run::sink(global, library, lang, color)),
-        gate.clone(),
-    );
-    let pg = space.pg.clone().expect("serve starts PostgreSQL");
-    let reports = ReportService::new(pg, Some(narrator), Checkpoints::new());
-    let _reports =
-        RunningService::spawn(reports.router(), direct_listener).map_err(Failure::environment)?;
-
-    let proxies = FaultProxy::new();
-    let upstream = SocketAddr::from(([127, 0, 0, 1], ports.reports_direct));
-    proxies
-        .create(
-            "reports",
-            &format!("127.0.0.1:{}", ports.reports_proxy),
-            &upstream.to_string(),
-        )
+    tasks: &TaskTracker,
+) -> Result<(Stage, Faults), Failure> {
+    let faults = Faults::embedded_on(bound.api, "", tasks).map_err(Failure::environment)?;
+    let config = StageConfig {
+        space,
+        narrator: Some(session.live_narrator(&session.sink())),
+        checkpoints: Checkpoints::new(),
+        tasks: tasks.clone(),
+        faults: Some(&faults),
+        hops: ALL,
+    };
+    let stage = Stage::start(ALL, &config, Ports::Fixed(bound.direct))
         .await
-        .map_err(|e| Failure::environment(anyhow::anyhow!("the report service's proxy: {e}")))?;
-    print_endpoints(ports, servers, space);
-    proxies
-        .serve_api(api_listener)
-        .await
-        .map_err(|e| Failure::environment(anyhow::anyhow!("the Toxiproxy API stopped: {e}")))
+        .map_err(|e| Failure::environment(anyhow::anyhow!("cannot start the services: {e}")))?;
+    print_endpoints(plan, servers, space, &stage);
+    Ok((stage, faults))
 }

@@ -13,7 +13,13 @@ pub fn lab_path() -> &'static str {
 
 /// A `lab` command with an environment that cannot change its output.
 pub fn lab(args: &[&str]) -> Command {
-    let mut command = Command::new(lab_path());
+    command(Path::new(lab_path()), args)
+}
+
+/// A command for a `lab` binary (this one, or one built elsewhere) with an environment that
+/// cannot change its output: no URLs, language or colour settings from the developer's shell.
+pub fn command(program: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(program);
     command.args(args);
     for var in [
         "DATABASE_URL",
@@ -56,6 +62,20 @@ pub fn assert_code(output: &Output, code: i32) {
         stdout(output),
         stderr(output)
     );
+}
+
+/// The names of every scenario, in catalogue order, as `lab list --format json` gives them: tests
+/// read the catalogue instead of repeating it.
+pub fn catalogue() -> Vec<String> {
+    let out = run(&["list", "--format", "json"]);
+    assert_code(&out, 0);
+    stdout(&out)
+        .lines()
+        .map(|line| {
+            let entry: serde_json::Value = serde_json::from_str(line).expect("JSON lines");
+            entry["scenario"].as_str().expect("a name").to_string()
+        })
+        .collect()
 }
 
 /// The repository's `scenarios/` directory.
@@ -138,8 +158,11 @@ pub fn assert_nothing_left(tmp: &Path) {
 
 /// Sends SIGINT (a Ctrl-C) to a child process.
 pub fn interrupt(child: &std::process::Child) {
-    // SAFETY: kill(2) with the pid of our own child, not yet reaped.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
-    }
+    signal(child, nix::sys::signal::Signal::SIGINT);
+}
+
+/// Sends a signal to a child process (not yet reaped, so its pid is still its own).
+pub fn signal(child: &std::process::Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, signal);
 }

@@ -1,25 +1,32 @@
 //! Lesson A: a background task and an external report API, on PostgreSQL.
 //!
-//! Our side is the `tasks` table with `claim_task` / `complete_task`
-//! (`lab_services::tasks`); the other side is the report service (`lab_services::reports`), a
-//! real HTTP server on 127.0.0.1 with its own `reports` table. The helpers here are what every
-//! scenario of the lesson does: start the service, have a worker POST to it, and show the rows.
+//! Our side is the `tasks` table (`schema.sql` here) with `claim_task` / `complete_task`
+//! ([`tasks`]); the other side is the report service (`lab_services::reports`), a real HTTP server
+//! on 127.0.0.1 with its own `reports` table. The helpers here are what every scenario of the
+//! lesson does: have a worker POST to the service, and show the rows.
+//!
+//! The scenario modules of this folder are declared by `build.rs` (one per folder under
+//! `scenarios/`); only helper modules are declared here by hand.
 
-pub mod concurrent;
-pub mod duplicate;
-pub mod idempotent;
-pub mod lease;
-pub mod lease_stale;
-pub mod timeout;
+pub mod tasks;
+
+include!(concat!(env!("OUT_DIR"), "/modules_reports.rs"));
 
 use std::time::Duration;
 
 use lab_core::{Msg, Outcome, Table, narrator::CallView};
-use lab_services::RunningService;
-use lab_services::reports::{self, ReportCreated, ReportService};
-use lab_services::tasks;
+use lab_services::reports::{self, ReportCreated};
 
+use crate::scenario::Lesson;
+use crate::stage::ServiceHandle;
 use crate::{Ctx, ScenarioError};
+
+/// The lesson: the background-task side lives in our own `tasks` table.
+pub const LESSON: Lesson = Lesson {
+    id: "A",
+    order: 1,
+    schema: include_str!("schema.sql"),
+};
 
 /// The lesson's task.
 pub const TASK_ID: i64 = 42;
@@ -28,31 +35,9 @@ pub const REPORT_TYPE: &str = "monthly";
 /// The stable key: one per logical operation, whatever the attempt.
 pub const STABLE_KEY: &str = "report-task-42";
 
-/// The report service of a run, serving on a loopback port.
-pub struct ReportApi {
-    pub service: RunningService,
-    pub url: String,
-}
-
-/// Starts the report service on the run's schema; it narrates from inside.
-pub async fn start_report_service(ctx: &Ctx) -> Result<ReportApi, ScenarioError> {
-    start_service(ctx, Some(ctx.narrator.clone())).await
-}
-
-/// Starts the report service without narration from inside: for races, where the order in
-/// which two handlers would speak is exactly what is not determined.
-pub async fn start_silent_report_service(ctx: &Ctx) -> Result<ReportApi, ScenarioError> {
-    start_service(ctx, None).await
-}
-
-async fn start_service(
-    ctx: &Ctx,
-    narrator: Option<lab_core::Narrator>,
-) -> Result<ReportApi, ScenarioError> {
-    let service = ReportService::new(ctx.pg().clone(), narrator, ctx.checkpoints.clone());
-    let service = RunningService::start(service.router()).await?;
-    let url = service.url();
-    Ok(ReportApi { service, url })
+/// The report service of a run, as its workers reach it.
+pub fn report_service(ctx: &Ctx) -> Result<&ServiceHandle, ScenarioError> {
+    ctx.service(&reports::SPEC)
 }
 
 /// An HTTP client as a worker has one. No connection reuse: every call is its own connection,
@@ -109,7 +94,7 @@ pub fn request_msg(who: &str, path: &str, key: Option<&str>, report_type: &str) 
 /// Sends `POST path` and classifies what came back, without narrating.
 pub async fn send_post(
     client: &reqwest::Client,
-    api: &ReportApi,
+    api: &ServiceHandle,
     path: &str,
     key: Option<&str>,
     report_type: &str,
@@ -178,7 +163,7 @@ pub async fn send_post(
 pub async fn post_report(
     ctx: &Ctx,
     client: &reqwest::Client,
-    api: &ReportApi,
+    api: &ServiceHandle,
     who: &str,
     key: Option<&str>,
     report_type: &str,
@@ -194,7 +179,7 @@ pub async fn post_report(
 /// Returns worker A's attempts.
 pub async fn seed_and_claim_a(ctx: &Ctx) -> Result<i32, ScenarioError> {
     let n = &ctx.narrator;
-    tasks::create_task(ctx.pg(), TASK_ID).await?;
+    tasks::create_task(ctx.pg()?, TASK_ID).await?;
     n.step(Msg::new("step.seed").arg("task", TASK_ID)).await?;
     show_task(ctx).await?;
     let attempts = claim(ctx).await?;
@@ -210,21 +195,21 @@ pub async fn seed_and_claim_a(ctx: &Ctx) -> Result<i32, ScenarioError> {
 
 /// Claims the task for a worker, or fails the scenario if the claim found nothing to claim.
 pub async fn claim(ctx: &Ctx) -> Result<i32, ScenarioError> {
-    tasks::claim_task(ctx.pg(), TASK_ID, tasks::LEASE)
+    tasks::claim_task(ctx.pg()?, TASK_ID, tasks::LEASE)
         .await?
         .ok_or_else(|| ScenarioError::Broken(format!("task {TASK_ID} could not be claimed")))
 }
 
 /// Shows task 42 as it is in the database now.
 pub async fn show_task(ctx: &Ctx) -> Result<tasks::TaskRow, ScenarioError> {
-    let row = tasks::task(ctx.pg(), TASK_ID).await?;
-    ctx.narrator.state(tasks::task_table(&row));
+    let row = tasks::task(ctx.pg()?, TASK_ID).await?;
+    ctx.narrator.state(task_table(&row));
     Ok(row)
 }
 
 /// Shows the report service's table as it is now; returns the rows.
 pub async fn show_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, ScenarioError> {
-    let rows = reports::all_reports(ctx.pg()).await?;
+    let rows = reports::all_reports(ctx.pg()?).await?;
     ctx.narrator.state(reports_table("table.reports", &rows));
     Ok(rows)
 }
@@ -234,7 +219,7 @@ pub async fn show_naive_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, Sc
     let rows: Vec<reports::ReportRow> = sqlx::query_as(
         "SELECT id, task_id, report_type, idempotency_key, payload_hash FROM naive_reports ORDER BY id",
     )
-    .fetch_all(ctx.pg())
+    .fetch_all(ctx.pg()?)
     .await?;
     ctx.narrator
         .state(reports_table("table.naive_reports", &rows));
@@ -272,7 +257,7 @@ fn reports_table(title: &str, rows: &[reports::ReportRow]) -> Table {
 /// The number of reports in the report service's table, read now.
 pub async fn count_reports(ctx: &Ctx) -> Result<i64, ScenarioError> {
     Ok(sqlx::query_scalar("SELECT count(*) FROM reports")
-        .fetch_one(ctx.pg())
+        .fetch_one(ctx.pg()?)
         .await?)
 }
 
@@ -283,7 +268,7 @@ pub async fn reset_tables(ctx: &Ctx) -> Result<(), ScenarioError> {
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "TRUNCATE {schema}.tasks, {schema}.reports, {schema}.naive_reports RESTART IDENTITY"
     )))
-    .execute(ctx.pg())
+    .execute(ctx.pg()?)
     .await?;
     Ok(())
 }
@@ -294,7 +279,7 @@ pub async fn reset_tables(ctx: &Ctx) -> Result<(), ScenarioError> {
 /// Returns worker A's result and worker B's attempts.
 pub async fn crash_after_post(
     ctx: &Ctx,
-    api: &ReportApi,
+    api: &ServiceHandle,
     key_a: Option<&str>,
     post_a: Msg,
 ) -> Result<(PostResult, i32), ScenarioError> {
@@ -318,7 +303,7 @@ pub async fn crash_after_post(
     );
 
     n.step("step.crash").await?;
-    tasks::expire_lease(ctx.pg(), TASK_ID).await?;
+    tasks::expire_lease(ctx.pg()?, TASK_ID).await?;
     n.step(Msg::new("step.expire").arg("lease", tasks::LEASE.as_secs() as i64))
         .await?;
     show_task(ctx).await?;
@@ -339,7 +324,7 @@ pub async fn complete(
     strict_lease: bool,
 ) -> Result<bool, ScenarioError> {
     let accepted =
-        tasks::complete_task(ctx.pg(), TASK_ID, attempts, report_id, strict_lease).await?;
+        tasks::complete_task(ctx.pg()?, TASK_ID, attempts, report_id, strict_lease).await?;
     ctx.narrator.note(
         Msg::new(if accepted {
             "note.complete_accepted"
@@ -354,4 +339,25 @@ pub async fn complete(
     );
     show_task(ctx).await?;
     Ok(accepted)
+}
+
+fn cell<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "NULL".to_string(), |v| v.to_string())
+}
+
+/// A snapshot of one task as a table for the narrative.
+pub fn task_table(row: &tasks::TaskRow) -> Table {
+    Table {
+        title: Msg::new("table.tasks"),
+        columns: ["id", "status", "attempts", "lease_until", "report_id"]
+            .map(String::from)
+            .to_vec(),
+        rows: vec![vec![
+            row.id.to_string(),
+            row.status.clone(),
+            row.attempts.to_string(),
+            cell(row.lease.clone()),
+            cell(row.report_id),
+        ]],
+    }
 }

@@ -11,20 +11,23 @@
 //! `per_attempt_key_reports_total` = 2.
 
 use lab_core::Msg;
-use lab_infra::Needs;
-use lab_services::tasks;
+
+use lab_services::reports;
 
 use super::{
     REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, crash_after_post, post_report,
-    reset_tables, show_reports, start_report_service, worker_client,
+    reset_tables, show_reports, report_service, worker_client,
 };
-use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
-    name: "idempotent",
-    lesson: "A",
-    needs: Needs::POSTGRES,
-    faults: FaultUse::None,
+    order: 2,
+    requires: Requires {
+        postgres: true,
+        redis: false,
+        services: &[&reports::SPEC],
+        faults: FaultUse::None,
+    },
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
@@ -35,12 +38,12 @@ fn per_attempt_key(attempts: i32) -> String {
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
-    let api = start_report_service(ctx).await?;
+    let api = report_service(ctx)?;
     let client = worker_client(None)?;
 
     n.side(Msg::new("side.stable").arg("key", STABLE_KEY));
     let (first, attempts_b) =
-        crash_after_post(ctx, &api, Some(STABLE_KEY), Msg::new("step.post_a")).await?;
+        crash_after_post(ctx, api, Some(STABLE_KEY), Msg::new("step.post_a")).await?;
     let first_created = first
         .created
         .ok_or_else(|| ScenarioError::Broken("worker A's POST created no report".into()))?;
@@ -48,7 +51,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.predict("predict").await?;
     n.step(Msg::new("step.post_b").arg("key", STABLE_KEY))
         .await?;
-    let retry = post_report(ctx, &client, &api, "b", Some(STABLE_KEY), REPORT_TYPE).await?;
+    let retry = post_report(ctx, &client, api, "b", Some(STABLE_KEY), REPORT_TYPE).await?;
     let retry_created = retry
         .created
         .ok_or_else(|| ScenarioError::Broken("worker B's POST got no report".into()))?;
@@ -56,7 +59,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.step(Msg::new("step.complete_b").arg("report_id", retry_created.report_id))
         .await?;
     complete(ctx, "b", attempts_b, retry_created.report_id, true).await?;
-    let task = tasks::task(ctx.pg(), TASK_ID).await?;
+    let task = super::tasks::task(ctx.pg()?, TASK_ID).await?;
     show_reports(ctx).await?;
 
     let reports = count_reports(ctx).await?;
@@ -84,7 +87,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let key_a = per_attempt_key(1);
     let (_, attempts_b) = crash_after_post(
         ctx,
-        &api,
+        api,
         Some(&key_a),
         Msg::new("step.post_a_attempt").arg("key", &key_a),
     )
@@ -92,9 +95,9 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let key_b = per_attempt_key(attempts_b);
     n.step(Msg::new("step.post_b_attempt").arg("key", &key_b))
         .await?;
-    let retry = post_report(ctx, &client, &api, "b", Some(&key_b), REPORT_TYPE).await?;
+    let retry = post_report(ctx, &client, api, "b", Some(&key_b), REPORT_TYPE).await?;
     if let Some(created) = retry.created {
-        tasks::complete_task(ctx.pg(), TASK_ID, attempts_b, created.report_id, true).await?;
+        super::tasks::complete_task(ctx.pg()?, TASK_ID, attempts_b, created.report_id, true).await?;
     }
     show_reports(ctx).await?;
     let per_attempt_reports = count_reports(ctx).await?;

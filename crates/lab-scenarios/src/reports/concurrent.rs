@@ -22,22 +22,25 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lab_core::Msg;
-use lab_infra::Needs;
-use lab_services::reports::{AFTER_INSERT, BEFORE_INSERT, NAIVE_AFTER_CHECK};
+use lab_services::reports::{self, AFTER_INSERT, BEFORE_INSERT, NAIVE_AFTER_CHECK};
 use sqlx::PgPool;
 use tokio::sync::{Barrier, Notify};
 
 use super::{
-    PostResult, REPORT_TYPE, ReportApi, STABLE_KEY, count_reports, post_report, request_msg,
-    send_post, show_naive_reports, show_reports, start_silent_report_service, worker_client,
+    PostResult, REPORT_TYPE, STABLE_KEY, count_reports, post_report, request_msg,
+    send_post, show_naive_reports, show_reports, report_service, worker_client,
 };
-use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::stage::ServiceHandle;
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
-    name: "concurrent",
-    lesson: "A",
-    needs: Needs::POSTGRES,
-    faults: FaultUse::None,
+    order: 4,
+    requires: Requires {
+        postgres: true,
+        redis: false,
+        services: &[&reports::SPEC],
+        faults: FaultUse::None,
+    },
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
@@ -70,7 +73,7 @@ async fn await_lock_wait(pg: &PgPool, application_name: &str) -> bool {
 /// The choreography of the UNIQUE race: both requests meet before the INSERT; the first goes on
 /// and inserts; the second INSERTs only after that, and the first commits only once PostgreSQL
 /// shows the second waiting for it. Returns a flag set when that wait was seen.
-fn choreograph_unique_race(ctx: &Ctx) -> Arc<AtomicBool> {
+fn choreograph_unique_race(ctx: &Ctx) -> Result<Arc<AtomicBool>, ScenarioError> {
     let both_inside = Arc::new(Barrier::new(2));
     let arrivals = Arc::new(AtomicUsize::new(0));
     let first_inserted = Arc::new(Notify::new());
@@ -95,7 +98,7 @@ fn choreograph_unique_race(ctx: &Ctx) -> Arc<AtomicBool> {
         }),
     );
     let waited = Arc::new(AtomicBool::new(false));
-    let pg = ctx.pg().clone();
+    let pg = ctx.pg()?.clone();
     let application_name = ctx.space.schema.clone();
     ctx.checkpoints.install(
         AFTER_INSERT,
@@ -117,13 +120,13 @@ fn choreograph_unique_race(ctx: &Ctx) -> Arc<AtomicBool> {
             }
         }),
     );
-    waited
+    Ok(waited)
 }
 
 /// Sends the same POST from two clients at once (the checkpoints installed by the caller force
 /// the overlap inside the service), and narrates the two answers in status order: which client
 /// wins varies from run to run, what the two answers are does not.
-async fn race(ctx: &Ctx, api: &ReportApi, path: &str) -> Result<Vec<PostResult>, ScenarioError> {
+async fn race(ctx: &Ctx, api: &ServiceHandle, path: &str) -> Result<Vec<PostResult>, ScenarioError> {
     // Two clients, no connection reuse: two connections, two handler invocations.
     let (one, two) = (worker_client(None)?, worker_client(None)?);
     for who in ["one", "two"] {
@@ -149,15 +152,17 @@ fn report_id(result: &PostResult) -> Option<i64> {
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
-    let api = start_silent_report_service(ctx).await?;
+    let api = report_service(ctx)?;
+    // The race's interleaving is not determined: the service stays silent.
+    api.voice().mute(true);
 
     n.side("side.unique");
     n.step(Msg::new("step.overlap").arg("key", STABLE_KEY))
         .await?;
     n.predict("predict").await?;
     n.step("step.send").await?;
-    let waited = choreograph_unique_race(ctx);
-    let results = race(ctx, &api, "/reports").await?;
+    let waited = choreograph_unique_race(ctx)?;
+    let results = race(ctx, api, "/reports").await?;
     ctx.checkpoints.clear(BEFORE_INSERT);
     ctx.checkpoints.clear(AFTER_INSERT);
     let second_insert_waited = waited.load(Ordering::SeqCst);
@@ -191,14 +196,14 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.step(Msg::new("step.mismatch").arg("key", STABLE_KEY))
         .await?;
     let client = worker_client(None)?;
-    let mismatch = post_report(ctx, &client, &api, "one", Some(STABLE_KEY), "weekly").await?;
+    let mismatch = post_report(ctx, &client, api, "one", Some(STABLE_KEY), "weekly").await?;
     n.fact("mismatch_status", mismatch.status.unwrap_or_default());
     show_reports(ctx).await?;
 
     n.side("side.naive");
     n.step("step.naive").await?;
     ctx.checkpoints.barrier(NAIVE_AFTER_CHECK, 2);
-    race(ctx, &api, "/naive/reports").await?;
+    race(ctx, api, "/naive/reports").await?;
     ctx.checkpoints.clear(NAIVE_AFTER_CHECK);
     let naive = show_naive_reports(ctx).await?;
     n.fact("naive_reports_total", naive.len());

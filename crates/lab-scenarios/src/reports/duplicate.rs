@@ -10,27 +10,30 @@
 //! `task_report_is_second` = true.
 
 use lab_core::Msg;
-use lab_infra::Needs;
-use lab_services::tasks;
+
+use lab_services::reports;
 
 use super::{
     REPORT_TYPE, TASK_ID, complete, count_reports, crash_after_post, post_report, show_reports,
-    start_report_service, worker_client,
+    report_service, worker_client,
 };
-use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
-    name: "duplicate",
-    lesson: "A",
-    needs: Needs::POSTGRES,
-    faults: FaultUse::None,
+    order: 1,
+    requires: Requires {
+        postgres: true,
+        redis: false,
+        services: &[&reports::SPEC],
+        faults: FaultUse::None,
+    },
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
-    let api = start_report_service(ctx).await?;
-    let (first, attempts_b) = crash_after_post(ctx, &api, None, Msg::new("step.post_a")).await?;
+    let api = report_service(ctx)?;
+    let (first, attempts_b) = crash_after_post(ctx, api, None, Msg::new("step.post_a")).await?;
     let first_id = first
         .created
         .ok_or_else(|| ScenarioError::Broken("worker A's POST created no report".into()))?
@@ -39,7 +42,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.predict("predict").await?;
     n.step("step.post_b").await?;
     let client = worker_client(None)?;
-    let second = post_report(ctx, &client, &api, "b", None, REPORT_TYPE).await?;
+    let second = post_report(ctx, &client, api, "b", None, REPORT_TYPE).await?;
     let second_id = second
         .created
         .ok_or_else(|| ScenarioError::Broken("worker B's POST created no report".into()))?
@@ -48,7 +51,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.step(Msg::new("step.complete_b").arg("report_id", second_id))
         .await?;
     complete(ctx, "b", attempts_b, second_id, true).await?;
-    let task = tasks::task(ctx.pg(), TASK_ID).await?;
+    let task = super::tasks::task(ctx.pg()?, TASK_ID).await?;
     show_reports(ctx).await?;
 
     let reports = count_reports(ctx).await?;

@@ -9,17 +9,18 @@
 //! `fresh_completed` = true, `task_attempts` = 2, `task_report_is_fresh` = true.
 
 use lab_core::Msg;
-use lab_infra::Needs;
-use lab_services::tasks;
 
 use super::{TASK_ID, claim, complete, seed_and_claim_a, show_task};
-use crate::{Ctx, FaultUse, Scenario, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
-    name: "lease-stale",
-    lesson: "A",
-    needs: Needs::POSTGRES,
-    faults: FaultUse::None,
+    order: 6,
+    requires: Requires {
+        postgres: true,
+        redis: false,
+        services: &[],
+        faults: FaultUse::None,
+    },
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
@@ -31,8 +32,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     let attempts_a = seed_and_claim_a(ctx).await?;
 
-    tasks::expire_lease(ctx.pg(), TASK_ID).await?;
-    n.step(Msg::new("step.expire").arg("lease", tasks::LEASE.as_secs() as i64))
+    super::tasks::expire_lease(ctx.pg()?, TASK_ID).await?;
+    n.step(Msg::new("step.expire").arg("lease", super::tasks::LEASE.as_secs() as i64))
         .await?;
     show_task(ctx).await?;
 
@@ -57,7 +58,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.step("step.fresh").await?;
     let fresh = complete(ctx, "b", attempts_b, RESULT_B, true).await?;
 
-    let task = tasks::task(ctx.pg(), TASK_ID).await?;
+    let task = super::tasks::task(ctx.pg()?, TASK_ID).await?;
     n.fact("stale_strict_completed", stale_strict);
     n.fact("stale_nonstrict_completed", stale_nonstrict);
     n.fact("fresh_completed", fresh);

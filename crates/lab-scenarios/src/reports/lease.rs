@@ -9,17 +9,18 @@
 //! `task_status` = "completed".
 
 use lab_core::Msg;
-use lab_infra::Needs;
-use lab_services::tasks;
 
 use super::{TASK_ID, complete, seed_and_claim_a, show_task};
-use crate::{Ctx, FaultUse, Scenario, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
-    name: "lease",
-    lesson: "A",
-    needs: Needs::POSTGRES,
-    faults: FaultUse::None,
+    order: 5,
+    requires: Requires {
+        postgres: true,
+        redis: false,
+        services: &[],
+        faults: FaultUse::None,
+    },
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
@@ -31,11 +32,11 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     let attempts = seed_and_claim_a(ctx).await?;
 
-    tasks::expire_lease(ctx.pg(), TASK_ID).await?;
+    super::tasks::expire_lease(ctx.pg()?, TASK_ID).await?;
     n.step(
         Msg::new("step.slow")
             .arg("report_id", RESULT_A)
-            .arg("lease", tasks::LEASE.as_secs() as i64),
+            .arg("lease", super::tasks::LEASE.as_secs() as i64),
     )
     .await?;
     show_task(ctx).await?;
@@ -46,7 +47,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.step("step.nonstrict").await?;
     let nonstrict = complete(ctx, "a", attempts, RESULT_A, false).await?;
 
-    let task = tasks::task(ctx.pg(), TASK_ID).await?;
+    let task = super::tasks::task(ctx.pg()?, TASK_ID).await?;
     n.fact("strict_completed", strict);
     n.fact("nonstrict_completed", nonstrict);
     n.fact("task_attempts", task.attempts);

@@ -17,22 +17,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lab_core::Msg;
-use lab_infra::Needs;
-use lab_services::reports::COMMITTED;
-use lab_services::tasks;
+use lab_services::reports::{self, COMMITTED};
 use tokio::sync::Notify;
 
 use super::{
-    REPORT_TYPE, ReportApi, STABLE_KEY, TASK_ID, complete, count_reports, post_report, request_msg,
-    seed_and_claim_a, send_post, show_reports, start_report_service, worker_client,
+    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, post_report, request_msg,
+    seed_and_claim_a, send_post, show_reports, report_service, worker_client,
 };
-use crate::{Ctx, FaultUse, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
-    name: "timeout",
-    lesson: "A",
-    needs: Needs::POSTGRES,
-    faults: FaultUse::Toxics,
+    order: 3,
+    requires: Requires {
+        postgres: true,
+        redis: false,
+        services: &[&reports::SPEC],
+        faults: FaultUse::Toxics(&[&reports::SPEC]),
+    },
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
@@ -48,19 +49,14 @@ const COMMIT_LIMIT: Duration = Duration::from_secs(10);
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
-    let direct = start_report_service(ctx).await?;
-    // Every call of this scenario goes through the proxy on the "reports" hop.
-    let listen = ctx.faults().hop("reports", direct.service.addr).await?;
-    let api = ReportApi {
-        url: format!("http://{listen}"),
-        service: direct.service,
-    };
+    // Every call of this scenario goes through the proxy on the service's hop.
+    let api = report_service(ctx)?;
 
     let attempts = seed_and_claim_a(ctx).await?;
 
     let slow = ctx
-        .faults()
-        .slow_responses("reports", SLOW_RESPONSE_MS)
+        .faults()?
+        .slow_responses(reports::NAME, SLOW_RESPONSE_MS)
         .await?;
     n.step(
         Msg::new("step.slow_hop")
@@ -83,7 +79,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         .await?;
     let client = worker_client(Some(CLIENT_TIMEOUT))?;
     n.request(request_msg("a", "/reports", Some(STABLE_KEY), REPORT_TYPE));
-    let first = send_post(&client, &api, "/reports", Some(STABLE_KEY), REPORT_TYPE).await?;
+    let first = send_post(&client, api, "/reports", Some(STABLE_KEY), REPORT_TYPE).await?;
     tokio::time::timeout(COMMIT_LIMIT, committed.notified())
         .await
         .map_err(|_| ScenarioError::Broken("the report service never committed".into()))?;
@@ -103,18 +99,18 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     )
     .await?;
 
-    ctx.faults().remove(slow).await?;
+    ctx.faults()?.remove(slow).await?;
     n.step(Msg::new("step.retry").arg("key", STABLE_KEY))
         .await?;
     let retry_client = worker_client(Some(RETRY_TIMEOUT))?;
-    let retry = post_report(ctx, &retry_client, &api, "a", Some(STABLE_KEY), REPORT_TYPE).await?;
+    let retry = post_report(ctx, &retry_client, api, "a", Some(STABLE_KEY), REPORT_TYPE).await?;
     let retry_id = retry.created.as_ref().map(|c| c.report_id);
     if let Some(report_id) = retry_id {
         n.step(Msg::new("step.complete").arg("report_id", report_id))
             .await?;
         complete(ctx, "a", attempts, report_id, true).await?;
     }
-    let task = tasks::task(ctx.pg(), TASK_ID).await?;
+    let task = super::tasks::task(ctx.pg()?, TASK_ID).await?;
     show_reports(ctx).await?;
 
     n.fact("retry_status", retry.status.unwrap_or_default());

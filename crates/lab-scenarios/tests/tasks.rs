@@ -1,16 +1,17 @@
 //! claim_task / complete_task: the lease and the fencing token, on a real PostgreSQL.
 
 use lab_infra::{Needs, RunSpace, ServerOptions, Servers};
-use lab_services::tasks::{self, LEASE};
-
-const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
+use lab_scenarios::reports::{
+    LESSON,
+    tasks::{self, LEASE},
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lease_and_attempts_decide_who_may_complete() {
     let servers = Servers::start(&ServerOptions::default(), Needs::POSTGRES)
         .await
         .unwrap();
-    let space = RunSpace::create(&servers, SCHEMA_SQL).await.unwrap();
+    let space = RunSpace::create(&servers, &[LESSON.schema]).await.unwrap();
     let pg = space.pg.clone().unwrap();
 
     tasks::create_task(&pg, 42).await.unwrap();

@@ -1,4 +1,4 @@
-//! Our side of Lesson A: background tasks reserved with a lease.
+//! Our side of the reports lesson: background tasks reserved with a lease.
 //!
 //! Each function is one short transaction of its own (a single statement). No transaction stays
 //! open across the HTTP call to the report service: a worker claims, commits, calls, and then
@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use lab_core::{Msg, Table};
 use sqlx::PgPool;
 
 /// How long a claim holds a task before another worker may take it over.
@@ -107,25 +106,4 @@ pub async fn task(pool: &PgPool, task_id: i64) -> Result<TaskRow, sqlx::Error> {
     .bind(task_id)
     .fetch_one(pool)
     .await
-}
-
-fn cell<T: ToString>(value: Option<T>) -> String {
-    value.map_or_else(|| "NULL".to_string(), |v| v.to_string())
-}
-
-/// A snapshot of one task as a table for the narrative.
-pub fn task_table(row: &TaskRow) -> Table {
-    Table {
-        title: Msg::new("table.tasks"),
-        columns: ["id", "status", "attempts", "lease_until", "report_id"]
-            .map(String::from)
-            .to_vec(),
-        rows: vec![vec![
-            row.id.to_string(),
-            row.status.clone(),
-            row.attempts.to_string(),
-            cell(row.lease.clone()),
-            cell(row.report_id),
-        ]],
-    }
 }

@@ -1,0 +1,218 @@
+//! Running one scenario: its own schema and key prefix, its fault plane, its services, its
+//! script, and a cleanup that runs however the script ends.
+//!
+//! ```text
+//! run(entry) ── RunSpace::create (schema lab_<run>, lesson's and services' tables)
+//!            ── Faults (when it breaks a hop: embedded, or on a given Toxiproxy)
+//!            ── Stage::start (its services, hops in front of those it breaks)
+//!            ── the script, over a Ctx
+//!            ── Stage::stop, spawned work awaited, Faults::release, RunSpace::release
+//!            ── summary: measured facts against scenarios/<name>/expected.json
+//! ```
+
+use std::time::Duration;
+
+use lab_core::{Checkpoints, Event, Facts, Narrator};
+use lab_infra::{InfraError, RunSpace, Servers};
+use lab_services::ServiceSpec;
+use sqlx::PgPool;
+use tokio_util::task::TaskTracker;
+
+use crate::catalogue::Entry;
+use crate::faults::{Faults, ProxyLedger};
+use crate::library::Library;
+use crate::scenario::{FaultUse, ScenarioError};
+use crate::stage::{self, Ports, ServiceHandle, Stage, StageConfig};
+
+/// How long the work a run's services spawned (a commit nobody waits for any more) may take to
+/// finish once the script has ended.
+const SPAWNED_WORK_GRACE: Duration = Duration::from_secs(5);
+
+/// What a scenario's script gets to work with.
+pub struct Ctx {
+    pub narrator: Narrator,
+    pub space: RunSpace,
+    pub checkpoints: Checkpoints,
+    /// The scenario's name, for errors.
+    pub name: &'static str,
+    faults: Option<Faults>,
+    stage: Stage,
+}
+
+impl Ctx {
+    fn undeclared(&self, what: impl Into<String>) -> ScenarioError {
+        ScenarioError::Undeclared {
+            scenario: self.name,
+            what: what.into(),
+        }
+    }
+
+    /// The run's PostgreSQL pool (its `search_path` is the run's schema).
+    pub fn pg(&self) -> Result<&PgPool, ScenarioError> {
+        self.space
+            .pg
+            .as_ref()
+            .ok_or_else(|| self.undeclared("PostgreSQL"))
+    }
+
+    /// The run's fault proxies.
+    pub fn faults(&self) -> Result<&Faults, ScenarioError> {
+        self.faults
+            .as_ref()
+            .ok_or_else(|| self.undeclared("the fault proxy"))
+    }
+
+    /// A service the scenario declared, started for this run.
+    pub fn service(&self, spec: &ServiceSpec) -> Result<&ServiceHandle, ScenarioError> {
+        self.stage
+            .get(spec)
+            .ok_or_else(|| self.undeclared(format!("the {} service", spec.name)))
+    }
+}
+
+/// The result of one scenario run.
+pub struct RunReport {
+    pub name: &'static str,
+    pub passed: bool,
+    pub facts: Facts,
+    pub events: Vec<Event>,
+    /// Where the run's data is, when it was kept (`--keep`).
+    pub kept: Option<KeptRun>,
+}
+
+/// What `--keep` left behind, and how to look at it.
+pub struct KeptRun {
+    pub schema: String,
+    pub prefix: String,
+    pub pg_url: Option<String>,
+    pub redis_url: Option<String>,
+}
+
+/// How scenarios are run in this `lab` call.
+#[derive(Debug, Clone, Default)]
+pub struct RunConfig {
+    /// Keep each run's schema and keys (`--keep`).
+    pub keep: bool,
+    /// Create proxies on this Toxiproxy instead of the embedded one (`--toxiproxy-url`).
+    pub toxiproxy_url: Option<String>,
+    /// Proxies on that Toxiproxy not yet deleted: what a Ctrl-C must clean.
+    pub proxies: ProxyLedger,
+}
+
+/// Checks that the servers of this call can give the scenario what it declares.
+fn check_servers(entry: Entry, servers: &Servers) -> Result<(), ScenarioError> {
+    let needs = entry.requires().servers();
+    let missing = [
+        (needs.postgres && servers.postgres.is_none(), "PostgreSQL"),
+        (needs.redis && servers.redis.is_none(), "Redis"),
+    ];
+    match missing.iter().find(|(absent, _)| *absent) {
+        Some((_, server)) => Err(InfraError::Missing {
+            missing: format!("{server} (scenario `{}` needs it)", entry.name),
+        }
+        .into()),
+        None => Ok(()),
+    }
+}
+
+/// Runs one scenario in a fresh run space: emits its events through `narrator`, ends with the
+/// summary, and releases everything it started (the space only unless `keep`), also when it
+/// fails.
+pub async fn run(
+    entry: Entry,
+    servers: &Servers,
+    narrator: Narrator,
+    library: &Library,
+    config: &RunConfig,
+) -> Result<RunReport, ScenarioError> {
+    let requires = entry.requires();
+    narrator.start(entry.name);
+    check_servers(entry, servers)?;
+
+    let mut tables = Vec::new();
+    if servers.postgres.is_some() && !entry.lesson.schema.trim().is_empty() {
+        tables.push(entry.lesson.schema);
+    }
+    tables.extend(stage::schemas(requires.services));
+    let space = RunSpace::create(servers, &tables).await?;
+
+    let tasks = TaskTracker::new();
+    let checkpoints = Checkpoints::new();
+    let started = async {
+        // One-shot faults exist only in the embedded proxy; toxics work on either.
+        let faults = match (&config.toxiproxy_url, requires.faults) {
+            (_, FaultUse::None) => None,
+            (Some(url), FaultUse::Toxics(_)) => {
+                Some(Faults::external(url, &space.run_id, &config.proxies).await?)
+            }
+            _ => Some(Faults::embedded(&space.run_id, &tasks).await?),
+        };
+        let stage_config = StageConfig {
+            space: &space,
+            narrator: Some(narrator.clone()),
+            checkpoints: checkpoints.clone(),
+            tasks: tasks.clone(),
+            faults: faults.as_ref(),
+            hops: requires.faults.hops(),
+        };
+        let stage = Stage::start(requires.services, &stage_config, Ports::Free).await;
+        Ok::<_, ScenarioError>((faults, stage))
+    }
+    .await;
+
+    let (ctx, result) = match started {
+        Ok((faults, Ok(stage))) => {
+            let ctx = Ctx {
+                narrator: narrator.clone(),
+                space,
+                checkpoints,
+                name: entry.name,
+                faults,
+                stage,
+            };
+            let result = (entry.scenario.run)(&ctx).await;
+            (ctx, result)
+        }
+        Ok((faults, Err(e))) => {
+            if let Some(faults) = faults {
+                faults.release().await;
+            }
+            let _ = space.release(servers, config.keep).await;
+            return Err(e);
+        }
+        Err(e) => {
+            let _ = space.release(servers, config.keep).await;
+            return Err(e);
+        }
+    };
+
+    let Ctx {
+        space,
+        faults,
+        stage,
+        ..
+    } = ctx;
+    stage.stop().await;
+    tasks.close();
+    let _ = tokio::time::timeout(SPAWNED_WORK_GRACE, tasks.wait()).await;
+    if let Some(faults) = faults {
+        faults.release().await;
+    }
+    let kept = config.keep.then(|| KeptRun {
+        schema: space.schema.clone(),
+        prefix: space.prefix.clone(),
+        pg_url: space.pg_url.clone(),
+        redis_url: space.redis_url.clone(),
+    });
+    let released = space.release(servers, config.keep).await;
+    result?;
+    released?;
+    let passed = narrator.summary(entry.name, &library.expected_facts(entry.name));
+    Ok(RunReport {
+        name: entry.name,
+        passed,
+        facts: narrator.facts(),
+        events: narrator.events(),
+        kept,
+    })
+}

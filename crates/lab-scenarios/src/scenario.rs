@@ -1,0 +1,117 @@
+//! What a scenario is: a script over a [`Ctx`], what it requires, and where it comes in its
+//! lesson.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use lab_core::Quit;
+use lab_infra::{InfraError, Needs};
+use lab_services::{ServiceError, ServiceSpec};
+
+use crate::runner::Ctx;
+
+/// Why a scenario could not run to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error(transparent)]
+    Quit(#[from] Quit),
+    #[error(transparent)]
+    Infra(#[from] InfraError),
+    #[error("PostgreSQL error: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("Redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("HTTP client error: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("cannot start a service: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    #[error("fault proxy: {0}")]
+    Faults(#[from] faultproxy::client::ClientError),
+    /// The scenario used something its [`Requires`] does not declare: a bug in the scenario.
+    #[error("scenario `{scenario}` uses {what} but does not declare it in its `requires`")]
+    Undeclared {
+        scenario: &'static str,
+        what: String,
+    },
+    /// The world did not behave as the scenario's script needs (a claim that found no task).
+    #[error("{0}")]
+    Broken(String),
+}
+
+/// What a scenario function returns.
+pub type ScenarioResult = Result<(), ScenarioError>;
+
+/// A boxed scenario future.
+pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = ScenarioResult> + Send + 'a>>;
+
+/// A lesson: a topic folder of this crate (`src/reports/`), with the tables its own side uses.
+#[derive(Debug)]
+pub struct Lesson {
+    /// How the lesson is called in `lab list` ("A", "B", …).
+    pub id: &'static str,
+    /// Where the lesson comes among the others (`lab run all`, `lab list`): lower first.
+    pub order: u16,
+    /// The tables of the lesson's own side (SQL run in each run's schema); empty for none.
+    pub schema: &'static str,
+}
+
+/// Which hops a scenario breaks, and how.
+#[derive(Debug, Clone, Copy)]
+pub enum FaultUse {
+    /// It breaks no hop.
+    None,
+    /// Only toxics, set through the Toxiproxy API: a real Toxiproxy (`--toxiproxy-url`) can do
+    /// it too. The services listed are reached through a proxy hop named after them.
+    Toxics(&'static [&'static ServiceSpec]),
+    /// Deterministic one-shot faults: the embedded proxy only.
+    OneShot(&'static [&'static ServiceSpec]),
+}
+
+impl FaultUse {
+    /// The services that sit behind a proxy hop.
+    pub fn hops(self) -> &'static [&'static ServiceSpec] {
+        match self {
+            FaultUse::None => &[],
+            FaultUse::Toxics(hops) | FaultUse::OneShot(hops) => hops,
+        }
+    }
+}
+
+/// Everything a scenario needs, in one declaration: servers, services, fault hops. The runner
+/// provides exactly this before the script starts, and refuses (with an error, not a panic)
+/// a script that reaches for anything else.
+#[derive(Debug, Clone, Copy)]
+pub struct Requires {
+    /// The scenario's own use of PostgreSQL (its lesson's tables).
+    pub postgres: bool,
+    /// The scenario's own use of Redis.
+    pub redis: bool,
+    /// The bundled services it talks to (the services they call are started too).
+    pub services: &'static [&'static ServiceSpec],
+    pub faults: FaultUse,
+}
+
+impl Requires {
+    /// The servers the scenario and its services need.
+    pub fn servers(&self) -> Needs {
+        let own = Needs {
+            postgres: self.postgres,
+            redis: self.redis,
+        };
+        self.services
+            .iter()
+            .fold(own, |acc, service| acc.union(service.all_needs()))
+    }
+}
+
+/// One scenario, as its module declares it. Its name and lesson come from where it lives: the
+/// folder `scenarios/<name>/` and the topic folder of its module (see `build.rs`).
+pub struct Scenario {
+    /// Where it comes in its lesson (`lab run all`, `lab list`): lower first.
+    pub order: u16,
+    pub requires: Requires,
+    /// The script.
+    pub run: for<'a> fn(&'a Ctx) -> ScenarioFuture<'a>,
+}

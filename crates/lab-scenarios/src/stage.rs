@@ -1,0 +1,186 @@
+//! The stage: the bundled services of a scenario run (or of `lab serve`), started from their
+//! specs in one way.
+//!
+//! [`Stage::start`] takes the specs a run needs, adds the services they call, and starts every
+//! one after the services it calls: each gets the run's database and Redis, its own listener,
+//! and the URLs of its peers. A service listed as a hop gets a fault-proxy hop in front of it,
+//! named after the service: everyone who calls it (a worker, or another service) goes through
+//! the hop, so the run can break exactly that link.
+//!
+//! A scenario's runner uses free ports; `lab serve` hands in listeners on fixed ports. Nothing
+//! else differs.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use lab_core::{Checkpoints, Msg, Narrator};
+use lab_infra::RunSpace;
+use lab_services::spec::ObserveFuture;
+use lab_services::{Observer, RunningService, ServiceEnv, ServiceSpec, Voice, launch};
+use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
+
+use crate::faults::Faults;
+use crate::scenario::ScenarioError;
+
+/// Narrates what services report: the [`Observer`] the lab gives its services.
+struct Narrated(Narrator);
+
+impl Observer for Narrated {
+    fn observe<'a>(&'a self, service: &'static str, what: Msg) -> ObserveFuture<'a> {
+        Box::pin(self.0.service(service, what))
+    }
+}
+
+/// Where each service listens.
+pub enum Ports {
+    /// Free loopback ports (a scenario run).
+    Free,
+    /// Listeners already bound, and the addresses of the hops, by service (`lab serve`).
+    Fixed(BTreeMap<&'static str, (TcpListener, String)>),
+}
+
+/// What the services of a stage share.
+pub struct StageConfig<'a> {
+    pub space: &'a RunSpace,
+    /// Tells what the services do (`None`: they stay silent).
+    pub narrator: Option<Narrator>,
+    pub checkpoints: Checkpoints,
+    /// Where the services spawn their work, awaited when the run ends.
+    pub tasks: TaskTracker,
+    /// The fault plane: needed when `hops` is not empty.
+    pub faults: Option<&'a Faults>,
+    /// The services that sit behind a proxy hop.
+    pub hops: &'a [&'static ServiceSpec],
+}
+
+/// A started service, and how to reach it.
+pub struct ServiceHandle {
+    pub spec: &'static ServiceSpec,
+    /// How callers reach it: through its hop when it has one, else directly.
+    pub url: String,
+    /// Its own address, past any proxy.
+    pub direct: SocketAddr,
+    /// The hop's listening address, when it has one.
+    pub hop: Option<SocketAddr>,
+    running: RunningService,
+}
+
+impl ServiceHandle {
+    /// Its voice: mute it for a race whose interleaving must not show in the narrative.
+    pub fn voice(&self) -> &Voice {
+        &self.running.voice
+    }
+}
+
+/// The running services of a run.
+#[derive(Default)]
+pub struct Stage {
+    services: Vec<ServiceHandle>,
+}
+
+impl Stage {
+    /// Starts `specs` and the services they call, each after its callees.
+    pub async fn start(
+        specs: &[&'static ServiceSpec],
+        config: &StageConfig<'_>,
+        mut ports: Ports,
+    ) -> Result<Stage, ScenarioError> {
+        let observer: Option<Arc<dyn Observer>> = config
+            .narrator
+            .clone()
+            .map(|n| Arc::new(Narrated(n)) as Arc<dyn Observer>);
+        let mut stage = Stage::default();
+        for spec in in_start_order(specs) {
+            let (listener, hop_listen) = match &mut ports {
+                Ports::Free => (
+                    TcpListener::bind("127.0.0.1:0").await?,
+                    "127.0.0.1:0".to_string(),
+                ),
+                Ports::Fixed(fixed) => fixed.remove(spec.name).ok_or_else(|| {
+                    ScenarioError::Broken(format!("no port for the {} service", spec.name))
+                })?,
+            };
+            let peers = spec
+                .calls
+                .iter()
+                .filter_map(|callee| Some((callee.name, stage.get(callee)?.url.clone())))
+                .collect();
+            let env = ServiceEnv {
+                pg: config.space.pg.clone(),
+                redis: config.space.redis.clone(),
+                key_prefix: config.space.prefix.clone(),
+                peers,
+                voice: Voice::new(observer.clone()),
+                checkpoints: config.checkpoints.clone(),
+                tasks: config.tasks.clone(),
+            };
+            let running = launch(spec, env, listener)?;
+            let direct = running.addr;
+            let hop = if config.hops.iter().any(|h| h.name == spec.name) {
+                let faults = config.faults.ok_or_else(|| {
+                    ScenarioError::Broken(format!(
+                        "the {} service needs a hop, and the run has no fault proxy",
+                        spec.name
+                    ))
+                })?;
+                Some(faults.hop_at(spec.name, &hop_listen, direct).await?)
+            } else {
+                None
+            };
+            stage.services.push(ServiceHandle {
+                spec,
+                url: format!("http://{}", hop.unwrap_or(direct)),
+                direct,
+                hop,
+                running,
+            });
+        }
+        Ok(stage)
+    }
+
+    /// A started service.
+    pub fn get(&self, spec: &ServiceSpec) -> Option<&ServiceHandle> {
+        self.services.iter().find(|s| s.spec.name == spec.name)
+    }
+
+    /// Every started service, in start order.
+    pub fn services(&self) -> &[ServiceHandle] {
+        &self.services
+    }
+
+    /// Stops every service gracefully, callers first.
+    pub async fn stop(self) {
+        for handle in self.services.into_iter().rev() {
+            handle.running.stop().await;
+        }
+    }
+}
+
+/// `specs` and everything they call, each after the services it calls, each once.
+fn in_start_order(specs: &[&'static ServiceSpec]) -> Vec<&'static ServiceSpec> {
+    fn visit(spec: &'static ServiceSpec, order: &mut Vec<&'static ServiceSpec>) {
+        if order.iter().any(|s| s.name == spec.name) {
+            return;
+        }
+        for callee in spec.calls {
+            visit(callee, order);
+        }
+        order.push(spec);
+    }
+    let mut order = Vec::new();
+    for spec in specs {
+        visit(spec, &mut order);
+    }
+    order
+}
+
+/// The tables of `specs` and of the services they call, in start order.
+pub fn schemas(specs: &[&'static ServiceSpec]) -> Vec<&'static str> {
+    in_start_order(specs)
+        .into_iter()
+        .map(|s| s.schema)
+        .filter(|sql| !sql.trim().is_empty())
+        .collect()
+}
