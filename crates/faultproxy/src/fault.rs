@@ -21,13 +21,12 @@
 //! resolves once the learner-visible damage has happened (the RST was sent, the
 //! request was swallowed, ...), so a scenario can narrate without sleeping.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::sync::watch;
-
-use crate::proxy::ProxyShared;
 
 /// A deterministic, one-shot network failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,12 +112,9 @@ impl FaultState {
         if self.is_disarmed() {
             return false;
         }
-        // The counter is a plain integer: a panic elsewhere cannot leave it
-        // half-updated, so a poisoned lock is safe to keep using.
-        let mut uses_left = self
-            .uses_left
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        // Checked and taken under one lock: two connections (or two fires) racing
+        // for the last use cannot both get it.
+        let mut uses_left = self.uses_left.lock();
         if *uses_left == 0 {
             return false;
         }
@@ -130,10 +126,7 @@ impl FaultState {
         if self.is_disarmed() {
             return 0;
         }
-        *self
-            .uses_left
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        *self.uses_left.lock()
     }
 
     pub(crate) fn disarm(&self) {
@@ -229,12 +222,24 @@ impl ArmedFault {
     }
 }
 
+/// What a [`Trigger`] fires at: the connections open through the proxy the fault
+/// was armed on.
+///
+/// Implemented by the proxy's registry of open connections, which owns them and
+/// knows how to reach them. A trait so that this module needs nothing from the
+/// proxy or its connections: they use faults, faults do not use them back.
+pub(crate) trait FaultTarget: Send + Sync {
+    /// Takes one use of `fault` and aims it at every open connection; returns how
+    /// many that is. Returns 0 and uses nothing if none is open or no use is left.
+    fn aim_at_open_connections(&self, fault: &Arc<FaultState>) -> usize;
+}
+
 /// Fires an [`ArmedFault`] created by [`Proxy::arm_on_trigger`](crate::Proxy::arm_on_trigger).
 /// Cheap to clone; hand it to the code that knows when to break things.
 #[derive(Clone)]
 pub struct Trigger {
-    pub(crate) state: Arc<FaultState>,
-    pub(crate) proxy: Arc<ProxyShared>,
+    state: Arc<FaultState>,
+    target: Arc<dyn FaultTarget>,
 }
 
 impl std::fmt::Debug for Trigger {
@@ -247,11 +252,15 @@ impl std::fmt::Debug for Trigger {
 }
 
 impl Trigger {
+    pub(crate) fn new(state: Arc<FaultState>, target: Arc<dyn FaultTarget>) -> Trigger {
+        Trigger { state, target }
+    }
+
     /// Aims the fault at every connection open through the proxy right now, and
     /// returns how many that is. The first of them to reach the fault's stage takes
     /// the hit (for `ConnectionRefused`: all of them are cut at once). Returns 0 and
     /// uses nothing if no connection is open or no use is left.
     pub fn fire(&self) -> usize {
-        self.proxy.aim_at_open_connections(&self.state)
+        self.target.aim_at_open_connections(&self.state)
     }
 }

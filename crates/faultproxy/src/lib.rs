@@ -39,7 +39,9 @@
 //!
 //! Layout:
 //!
-//! * `proxy.rs`: [`Proxy`], its listener and the two pumps of every connection;
+//! * `proxy.rs`: [`Proxy`], its settings and its listener (the accept loop);
+//! * `connection.rs`: one accepted connection: its two pumps, the faults aimed at
+//!   it, how it ends; and the registry of a proxy's open connections;
 //! * `toxic.rs`: the toxic types, their JSON, and how each transforms a stream;
 //! * `fault.rs`: one-shot faults, [`ArmedFault`] and [`Trigger`];
 //! * `api.rs`: the Toxiproxy HTTP API ([`FaultProxy::router`]);
@@ -48,6 +50,7 @@
 
 mod api;
 pub mod client;
+mod connection;
 mod error;
 mod fault;
 mod proxy;
@@ -55,15 +58,15 @@ mod rng;
 mod toxic;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 pub use api::{TOXIPROXY_VERSION, router};
 pub use error::Error;
 pub use fault::{ArmedFault, Fault, Trigger};
 pub use proxy::{Proxy, ProxyInfo};
 pub use toxic::{Stream, Toxic, ToxicKind};
-
-use proxy::lock;
 
 /// The registry of named proxies. Cheap to clone (all clones share the proxies).
 ///
@@ -84,8 +87,7 @@ impl Drop for Registry {
     fn drop(&mut self) {
         // Each proxy's accept loop is a task holding its own reference to the
         // proxy; without this, they would keep listening until the runtime ends.
-        let proxies = self.proxies.get_mut().unwrap_or_else(|p| p.into_inner());
-        for proxy in proxies.values() {
+        for proxy in self.proxies.get_mut().values() {
             proxy.shutdown_now();
         }
     }
@@ -126,7 +128,7 @@ impl FaultProxy {
         }
         let proxy = Proxy::start(name, listen, upstream, enabled).await?;
         let lost_race = {
-            let mut proxies = lock(&self.registry.proxies);
+            let mut proxies = self.registry.proxies.lock();
             // Somebody may have created the same name while we were binding.
             let lost_race = proxies.contains_key(name);
             if !lost_race {
@@ -142,17 +144,17 @@ impl FaultProxy {
     }
 
     pub fn get(&self, name: &str) -> Option<Proxy> {
-        lock(&self.registry.proxies).get(name).cloned()
+        self.registry.proxies.lock().get(name).cloned()
     }
 
     /// All proxies, sorted by name.
     pub fn proxies(&self) -> Vec<Proxy> {
-        lock(&self.registry.proxies).values().cloned().collect()
+        self.registry.proxies.lock().values().cloned().collect()
     }
 
     /// Stops a proxy (closing its listener and connections) and forgets it.
     pub async fn remove(&self, name: &str) -> Result<(), Error> {
-        let removed = lock(&self.registry.proxies).remove(name);
+        let removed = self.registry.proxies.lock().remove(name);
         let proxy = removed.ok_or_else(|| Error::ProxyNotFound(name.to_owned()))?;
         proxy.shutdown().await;
         Ok(())
