@@ -12,9 +12,15 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// The environment: a server cannot be started or reached, a file cannot be read.
     pub const ENVIRONMENT: u8 = 3;
-    /// Interrupted with Ctrl-C (128 + SIGINT), after cleaning up.
+    /// Interrupted with Ctrl-C (128 + SIGINT), or stopped with `q` in step mode, after cleaning
+    /// up.
     pub const INTERRUPTED: u8 = 130;
+    /// Terminated with SIGTERM (128 + SIGTERM), after cleaning up.
+    pub const TERMINATED: u8 = 143;
 }
+
+/// `lab serve`'s default port base: the Toxiproxy API lands on 8474, Toxiproxy's own port.
+pub const DEFAULT_PORT_BASE: u16 = 8470;
 
 const AFTER_HELP: &str = "\
 Exit codes:
@@ -22,12 +28,15 @@ Exit codes:
   1    a fact or a narrative is not as expected (drift)
   2    usage error: an unknown flag, scenario or value
   3    environment: PostgreSQL or Redis cannot be started or reached
-  130  interrupted by Ctrl-C (servers and temporary files are cleaned up first);
-       `lab serve` ends with 0, since Ctrl-C is how it stops
+  130  interrupted by Ctrl-C, or stopped with q in step mode
+  143  terminated by SIGTERM
+       (servers and temporary files are cleaned up first in every case; `lab serve`
+       ends with 0 on Ctrl-C or SIGTERM, since that is how it stops)
 
 Quick start:
-  lab run all          run every scenario on throwaway PostgreSQL and Redis
-  lab run duplicate --step   pause after every step (Enter: next, q: quit)";
+  lab run all                 run every scenario on throwaway PostgreSQL and Redis
+  lab run duplicate --step    pause after every step (Enter: next, q: quit)
+  lab check                   compare every scenario with scenarios/ (for course CIs)";
 
 /// lab: see, on real PostgreSQL and Redis, why retries duplicate side effects and how
 /// idempotency stops it.
@@ -63,7 +72,7 @@ pub struct Global {
     pub redis_url: Option<String>,
     /// Create the fault proxies on this Toxiproxy instead of the embedded one (http://host:8474);
     /// scenarios that need one-shot faults still use the embedded proxy
-    #[arg(long, global = true, env = "TOXIPROXY_URL")]
+    #[arg(long, global = true, env = "TOXIPROXY_URL", hide_env_values = true)]
     pub toxiproxy_url: Option<String>,
     /// Keep each run's schema and keys for inspection, and print how to look at them
     #[arg(long, global = true)]
@@ -96,7 +105,7 @@ pub enum Command {
     Serve {
         /// Move every port: the API on BASE+4, the report service on BASE+10 (through its
         /// proxy) and BASE+20 (direct)
-        #[arg(long, value_name = "BASE", default_value_t = crate::commands::DEFAULT_PORT_BASE)]
+        #[arg(long, value_name = "BASE", default_value_t = DEFAULT_PORT_BASE)]
         port_base: u16,
     },
 }

@@ -135,7 +135,7 @@ impl Interrupts {
         }
     }
 
-    async fn recv(&mut self) {
+    async fn recv(&mut self) -> Interrupt {
         async fn next(s: &mut Option<Signal>) {
             match s {
                 Some(s) => {
@@ -145,8 +145,27 @@ impl Interrupts {
             }
         }
         tokio::select! {
-            _ = next(&mut self.interrupt) => {}
-            _ = next(&mut self.terminate) => {}
+            _ = next(&mut self.interrupt) => Interrupt::CtrlC,
+            _ = next(&mut self.terminate) => Interrupt::Terminate,
+        }
+    }
+}
+
+/// Which signal stopped the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// SIGINT, a Ctrl-C in the terminal.
+    CtrlC,
+    /// SIGTERM, what `kill`, systemd and CI runners send.
+    Terminate,
+}
+
+impl Interrupt {
+    /// The shell's convention: 128 + the signal's number.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Interrupt::CtrlC => exit::INTERRUPTED,
+            Interrupt::Terminate => exit::TERMINATED,
         }
     }
 }
@@ -155,7 +174,7 @@ impl Interrupts {
 pub enum Guarded<T> {
     Finished(T),
     /// Ctrl-C or SIGTERM.
-    Interrupted,
+    Interrupted(Interrupt),
     /// `q` at a pause in step mode.
     Quit,
 }
@@ -191,6 +210,7 @@ impl Session {
     /// Starts listening for signals, then resolves language, colour, scenario files and gate.
     pub fn open(global: &Global, mode: Mode) -> Result<Session, Failure> {
         let interrupts = Interrupts::listen();
+        let toxiproxy_url = toxiproxy_url(global)?;
         let lang = lang(global);
         let color = color(global);
         let library = library()?;
@@ -207,7 +227,7 @@ impl Session {
             gate,
             config: RunConfig {
                 keep: global.keep && mode == Mode::Live,
-                toxiproxy_url: global.toxiproxy_url.clone(),
+                toxiproxy_url,
                 proxies: Default::default(),
             },
             options: ServerOptions::new(global.database_url.clone(), global.redis_url.clone()),
@@ -239,8 +259,27 @@ impl Session {
     }
 
     /// Starts (or connects to) the servers, with a spinner on stderr when it is a terminal.
-    /// `Ok(None)`: Ctrl-C or SIGTERM came first; whatever was half started is already gone.
-    pub async fn start_servers(&self, needs: Needs) -> Result<Option<Servers>, Failure> {
+    /// `Ok(Err(signal))`: Ctrl-C or SIGTERM came first; whatever was half started is gone.
+    pub async fn start_servers(&self, needs: Needs) -> Result<Result<Servers, Interrupt>, Failure> {
+        // A given URL is always checked for its form (by `Servers::start`), and connected to
+        // when a selected scenario needs that server. One that nothing needs is said to be
+        // unused, so an unreachable one is not mistaken for a working one.
+        for (given, needed, flag, server) in [
+            (
+                &self.options.database_url,
+                needs.postgres,
+                "--database-url",
+                "PostgreSQL",
+            ),
+            (&self.options.redis_url, needs.redis, "--redis-url", "Redis"),
+        ] {
+            if given.is_some() && !needed {
+                eprintln!(
+                    "lab: note: {flag} is not used: no selected scenario needs {server} \
+                     (`lab doctor` lists what each scenario needs)"
+                );
+            }
+        }
         // indicatif draws nothing when stderr is not a terminal: scripts and CI see no spinner.
         // A spinner is made of escape codes, so NO_COLOR and --color never turn it off too.
         let spinner = if self.color {
@@ -261,14 +300,16 @@ impl Session {
             .await;
         spinner.finish_and_clear();
         match started {
-            Guarded::Finished(Ok(servers)) => Ok(Some(servers)),
+            Guarded::Finished(Ok(servers)) => Ok(Ok(servers)),
             // A URL that is not a URL is a usage error, not an unreachable server.
             Guarded::Finished(Err(e @ lab_infra::InfraError::BadUrl { .. })) => Err(Failure {
                 code: exit::USAGE,
                 error: e.into(),
             }),
             Guarded::Finished(Err(e)) => Err(Failure::environment(e)),
-            Guarded::Interrupted | Guarded::Quit => Ok(None),
+            Guarded::Interrupted(signal) => Ok(Err(signal)),
+            // Nothing pauses here, so nothing can quit.
+            Guarded::Quit => Ok(Err(Interrupt::CtrlC)),
         }
     }
 
@@ -288,18 +329,19 @@ impl Session {
             // cleanup has run, and its result is the true one.
             biased;
             result = &mut work => Guarded::Finished(result),
-            _ = interrupts.recv() => Guarded::Interrupted,
+            signal = interrupts.recv() => Guarded::Interrupted(signal),
             _ = gate.quit_requested() => {
                 tokio::select! {
                     _ = tokio::time::timeout(QUIT_GRACE, &mut work) => Guarded::Quit,
-                    _ = interrupts.recv() => Guarded::Interrupted,
+                    signal = interrupts.recv() => Guarded::Interrupted(signal),
                 }
             }
         }
     }
 
     /// With `--keep` on throwaway servers, the data would vanish with the servers: keep them up
-    /// until the learner presses Enter (or closes stdin, or presses Ctrl-C).
+    /// until the learner presses Enter in a terminal, or until stdin closes when it is not one
+    /// (`lab run x --keep < fifo`), or Ctrl-C; then say that they stopped.
     pub async fn hold_kept_servers(&self, servers: &Servers) {
         let throwaway = servers
             .postgres
@@ -312,20 +354,28 @@ impl Session {
         if !self.config.keep || !throwaway {
             return;
         }
-        if !std::io::stdin().is_terminal() {
-            eprintln!(
-                "lab: --keep with throwaway servers: they stop now, with the data; to inspect a \
-                 run afterwards, run in a terminal (lab waits for Enter) or pass \
-                 --database-url/--redis-url"
-            );
-            return;
-        }
-        eprintln!("lab: the throwaway servers stay up for inspection; press Enter to stop them");
-        let mut line = String::new();
+        let terminal = std::io::stdin().is_terminal();
+        eprintln!(
+            "lab: the throwaway servers stay up for inspection until {}",
+            if terminal {
+                "you press Enter"
+            } else {
+                "stdin closes"
+            }
+        );
         let mut stdin = BufReader::new(tokio::io::stdin());
-        let _ = self
-            .guarded_with(stdin.read_line(&mut line), &Gate::default())
-            .await;
+        let wait = async {
+            let mut line = String::new();
+            // A terminal: one line. Anything else: to its end.
+            while stdin.read_line(&mut line).await.is_ok_and(|n| n > 0) && !terminal {
+                line.clear();
+            }
+        };
+        let _ = self.guarded_with(wait, &Gate::default()).await;
+        eprintln!(
+            "lab: the throwaway servers stopped, and the kept data with them (pass \
+             --database-url/--redis-url to keep it on servers of yours)"
+        );
     }
 
     /// Ends the session: deletes proxies a cancelled run left on a given Toxiproxy, drops what
@@ -337,6 +387,32 @@ impl Session {
         }
         servers.shutdown().await;
     }
+}
+
+/// `--toxiproxy-url` (or `TOXIPROXY_URL`; empty counts as unset), checked before anything
+/// starts: a URL that is not an http(s) URL is a usage error.
+pub fn toxiproxy_url(global: &Global) -> Result<Option<String>, Failure> {
+    let Some(given) = global
+        .toxiproxy_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    let bad = |reason: &str| {
+        Failure::usage(format!(
+            "invalid Toxiproxy URL `{given}`: {reason} (expected http://host:port, e.g. \
+             http://127.0.0.1:8474)"
+        ))
+    };
+    let parsed = url::Url::parse(given).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("there is no host"));
+    }
+    Ok(Some(given.trim_end_matches('/').to_string()))
 }
 
 /// The gate for `--step`: prompts in the learner's language, answers from stdin.
@@ -357,7 +433,14 @@ fn stepping_gate(library: &Library, lang: Lang) -> Gate {
 }
 
 /// Says that lab was interrupted and everything is cleaned up; the exit code for it.
-pub fn interrupted() -> u8 {
+pub fn interrupted(signal: Interrupt) -> u8 {
     eprintln!("lab: interrupted; servers and temporary files are cleaned up");
+    signal.exit_code()
+}
+
+/// Says that the learner stopped step mode and everything is cleaned up; the exit code for it
+/// (the same as Ctrl-C: the run did not get to its facts).
+pub fn quit() -> u8 {
+    eprintln!("lab: stopped; servers and temporary files are cleaned up");
     exit::INTERRUPTED
 }

@@ -10,11 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{assert_code, copy_tree, shared_tempdir, stderr, stdout};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use common::{assert_code, copy_tree, repo, shared_tempdir, stderr, stdout};
 
 /// The Rust block of the "Adding a scenario" section of `docs/architecture.md`, unindented.
 fn module_from_docs() -> String {
@@ -97,7 +93,9 @@ impl Copy {
     }
 
     fn lab(&self, args: &[&str], tmp: &Path) -> Output {
+        // From the top of the copy, as `cargo run --` is: it reads the copy's scenarios/.
         common::command(&self.target.join("debug/lab"), args)
+            .current_dir(&self.root)
             .env("TMPDIR", tmp)
             .output()
             .unwrap()

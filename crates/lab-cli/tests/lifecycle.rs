@@ -7,10 +7,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
 
 use common::{
-    assert_code, assert_nothing_left, catalogue, entries, interrupt, lab, processes_in, run,
-    shared_tempdir, stderr, stdout,
+    assert_code, assert_nothing_left, catalogue, entries, lab, processes_in, run, shared_tempdir,
+    signal, stderr, stdout,
 };
 use lab_infra::{Needs, ServerOptions, Servers};
+use nix::sys::signal::Signal;
 
 #[test]
 fn two_runs_tell_the_same_story_byte_for_byte() {
@@ -54,6 +55,17 @@ fn twenty_runs_of_each_scenario_are_identical() {
 
 #[test]
 fn ctrl_c_mid_run_leaves_no_server_and_no_temp_dir() {
+    stop_mid_run(Signal::SIGINT, 130);
+}
+
+#[test]
+fn sigterm_mid_run_leaves_no_server_and_no_temp_dir() {
+    stop_mid_run(Signal::SIGTERM, 143);
+}
+
+/// Sends `sig` while a run waits at its first pause, servers up; expects `code` and nothing
+/// left behind.
+fn stop_mid_run(sig: Signal, code: i32) {
     let tmp = shared_tempdir();
     let mut child = lab(&["run", "all", "--step", "--lang", "en", "--color", "never"])
         .env("TMPDIR", tmp.path())
@@ -85,13 +97,13 @@ fn ctrl_c_mid_run_leaves_no_server_and_no_temp_dir() {
         "no server process found"
     );
 
-    interrupt(&child);
+    signal(&child, sig);
     let status = child.wait().unwrap();
     let mut rest = String::new();
     let _ = out.read_to_string(&mut rest);
     let mut err = String::new();
     let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-    assert_eq!(status.code(), Some(130), "stderr: {err}");
+    assert_eq!(status.code(), Some(code), "stderr: {err}");
     assert!(err.contains("interrupted"), "{err}");
     assert_nothing_left(tmp.path());
 }
@@ -109,7 +121,8 @@ fn quitting_step_mode_cleans_up() {
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"\n\nq\n").unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_code(&out, 0);
+    // `q` is a stop before the facts: the interrupt's code, not "every fact as expected".
+    assert_code(&out, 130);
     assert!(stderr(&out).contains("stopped"), "{}", stderr(&out));
     assert!(stdout(&out).contains(" 3. ") && !stdout(&out).contains(" 4. "));
     assert_nothing_left(tmp.path());
@@ -228,7 +241,7 @@ async fn quitting_on_a_given_server_leaves_no_schema() {
         })
         .await
         .unwrap();
-        assert_code(&out, 0);
+        assert_code(&out, 130);
         let left: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM information_schema.schemata WHERE schema_name ~ '^lab_[0-9a-f]{8}$'",
         )

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use common::{assert_code, assert_nothing_left, interrupt, lab, shared_tempdir, stderr};
 use serde_json::{Value, json};
 
-/// A port base whose three ports (base+4, +10, +20) are free right now.
+/// A port base whose ports look free right now. They are released before `lab serve` binds
+/// them, so another process may take one in between: [`start_serve`] retries with another base
+/// when that happens.
 fn free_base() -> u16 {
     for _ in 0..100 {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -19,7 +21,7 @@ fn free_base() -> u16 {
         let Some(base) = port.checked_sub(4) else {
             continue;
         };
-        if base.checked_add(20).is_none() {
+        if base.checked_add(30).is_none() {
             continue;
         }
         let free = [4, 10, 20]
@@ -32,20 +34,19 @@ fn free_base() -> u16 {
     panic!("no free port base found");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn serves_the_report_service_behind_a_proxy_until_ctrl_c() {
-    let tmp = shared_tempdir();
-    let base = free_base();
-    let mut child = lab(&["serve", "--port-base", &base.to_string(), "--lang", "en"])
-        .env("TMPDIR", tmp.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let banner = tokio::task::spawn_blocking(move || {
-        let mut lines = BufReader::new(stdout).lines();
+/// Starts `lab serve` and reads its banner (up to "Try:"); on a port taken in the meantime (exit
+/// 3 before the banner), tries another base. Returns the child, its base and the banner.
+fn start_serve(tmp: &std::path::Path) -> (std::process::Child, u16, String) {
+    for _ in 0..5 {
+        let base = free_base();
+        let mut child = lab(&["serve", "--port-base", &base.to_string(), "--lang", "en"])
+            .env("TMPDIR", tmp)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut banner = String::new();
         for line in lines.by_ref() {
             let line = line.unwrap();
@@ -55,12 +56,28 @@ async fn serves_the_report_service_behind_a_proxy_until_ctrl_c() {
                 break;
             }
         }
-        // Keep draining so the service's narration never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        banner
-    })
-    .await
-    .unwrap();
+        if banner.contains("Try:") {
+            // Keep draining so the service's narration never blocks on a full pipe.
+            std::thread::spawn(move || for _ in lines {});
+            return (child, base, banner);
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            stderr(&out).contains("cannot listen"),
+            "lab serve ended before its banner: {}",
+            stderr(&out)
+        );
+    }
+    panic!("no port base stayed free long enough");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_the_report_service_behind_a_proxy_until_ctrl_c() {
+    let tmp = shared_tempdir();
+    let tmp_path = tmp.path().to_path_buf();
+    let (mut child, base, banner) = tokio::task::spawn_blocking(move || start_serve(&tmp_path))
+        .await
+        .unwrap();
     let api = format!("http://127.0.0.1:{}", base + 4);
     let via_proxy = format!("http://127.0.0.1:{}", base + 10);
     assert!(

@@ -69,33 +69,61 @@ impl Checkpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
-    #[tokio::test]
+    /// With tokio's clock paused, time moves only when every task is blocked: a timeout that
+    /// fires proves the caller was held, not merely slow.
+    #[tokio::test(start_paused = true)]
     async fn a_barrier_holds_callers_until_all_arrive() {
         let points = Checkpoints::new();
         points.barrier("p", 2);
-        let passed = Arc::new(AtomicUsize::new(0));
-        let first = {
-            let (points, passed) = (points.clone(), passed.clone());
-            tokio::spawn(async move {
-                points.reached("p").await;
-                passed.fetch_add(1, Ordering::SeqCst);
-            })
+        let mut first = {
+            let points = points.clone();
+            tokio::spawn(async move { points.reached("p").await })
         };
-        tokio::task::yield_now().await;
-        assert_eq!(passed.load(Ordering::SeqCst), 0, "one caller must wait");
-        points.reached("p").await;
-        first.await.unwrap();
-        assert_eq!(passed.load(Ordering::SeqCst), 1);
+        let alone = tokio::time::timeout(Duration::from_secs(60), &mut first).await;
+        assert!(alone.is_err(), "one caller must wait for the other");
+        tokio::time::timeout(Duration::from_secs(60), points.reached("p"))
+            .await
+            .expect("the second caller completes the barrier");
+        tokio::time::timeout(Duration::from_secs(60), first)
+            .await
+            .expect("the first caller is released")
+            .unwrap();
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn unknown_or_cleared_points_pass() {
         let points = Checkpoints::new();
-        points.reached("nothing").await;
+        let pass = |point: &'static str| {
+            let points = points.clone();
+            async move {
+                tokio::time::timeout(Duration::from_secs(60), points.reached(point))
+                    .await
+                    .is_ok()
+            }
+        };
+        assert!(pass("nothing").await, "an unknown point holds nobody");
         points.barrier("p", 5);
         points.clear("p");
+        assert!(pass("p").await, "a cleared point holds nobody");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_installed_hook_runs_where_the_point_is_reached() {
+        let points = Checkpoints::new();
+        let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        points.install("p", {
+            let ran = ran.clone();
+            Arc::new(move || {
+                let ran = ran.clone();
+                Box::pin(async move {
+                    ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                })
+            })
+        });
         points.reached("p").await;
+        points.reached("other").await;
+        assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }

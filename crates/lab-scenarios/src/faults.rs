@@ -97,11 +97,12 @@ impl Faults {
         let router = proxies.router();
         let stop = CancellationToken::new();
         let stopped = stop.clone();
-        let api = tasks.spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(stopped.cancelled_owned())
-                .await;
-        });
+        let api = tasks.spawn(lab_services::http::serve(
+            listener,
+            router,
+            stopped,
+            lab_services::http::Limits::default(),
+        ));
         Ok(Faults {
             client,
             embedded: Some(Embedded { proxies, stop, api }),

@@ -8,8 +8,8 @@
 //! ```
 //!
 //! `lab check` must notice an edited file without a rebuild, so the library is read from the
-//! checkout the binary was built from (or `LAB_SCENARIOS_DIR`) when it exists. A binary copied
-//! elsewhere falls back to the copies embedded at build time.
+//! directory `LAB_SCENARIOS_DIR` names, else from the current directory's `scenarios/` when it is
+//! a lab checkout; anywhere else `lab` uses the copies embedded at build time ([`scenarios_dir`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,6 +63,12 @@ pub enum LibraryError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "there is no scenarios/ directory to write to: LAB_SCENARIOS_DIR is not set and the \
+         current directory is not the top of a lab checkout, so this lab uses the copies built \
+         into it; run `lab check --bless` from the top of your checkout, or set LAB_SCENARIOS_DIR"
+    )]
+    NotWritable,
     #[error(transparent)]
     Text(#[from] lab_core::text::TextError),
     #[error("{what} is not valid: {reason}")]
@@ -92,21 +98,41 @@ fn parse_expected(what: &str, text: &str) -> Result<Facts, LibraryError> {
         })
 }
 
-/// The directory of the checkout this binary was built from, if it is still there.
-fn default_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("LAB_SCENARIOS_DIR") {
+/// Whether `dir` is the top of a lab checkout: it has the scenario files and this crate.
+fn is_checkout(dir: &Path) -> bool {
+    dir.join("scenarios/common/en.toml").is_file()
+        && dir.join("crates/lab-scenarios/build.rs").is_file()
+}
+
+/// Where the scenario files are read from: `LAB_SCENARIOS_DIR` when it is set (an explicit
+/// choice wins), else the `scenarios/` of the current directory when it is the top of a lab
+/// checkout (a course repository edits and blesses its own files there), else `None`: the copies
+/// embedded in the binary.
+///
+/// Never the checkout the binary happened to be built in: `lab check` run inside one checkout
+/// must not read (or, with `--bless`, write) another.
+pub fn scenarios_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("LAB_SCENARIOS_DIR").filter(|dir| !dir.is_empty()) {
         return Some(PathBuf::from(dir));
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
-    dir.join("common/en.toml").is_file().then_some(dir)
+    let cwd = std::env::current_dir().ok()?;
+    is_checkout(&cwd).then(|| cwd.join("scenarios"))
 }
 
 impl Library {
-    /// Loads from the checkout if there is one, else from the embedded copies.
+    /// Loads from [`scenarios_dir`] if there is one, else from the embedded copies.
     pub fn load() -> Result<Library, LibraryError> {
-        match default_dir() {
+        match scenarios_dir() {
             Some(dir) => Library::from_dir(&dir),
             None => Library::embedded(),
+        }
+    }
+
+    /// Where `--bless` writes, or why it cannot: only into a directory the files were read from.
+    pub fn writable_dir(&self) -> Result<&Path, LibraryError> {
+        match &self.source {
+            Source::Dir(dir) => Ok(dir),
+            Source::Embedded => Err(LibraryError::NotWritable),
         }
     }
 
@@ -189,12 +215,7 @@ impl Library {
         facts: &Facts,
         narratives: &[(Lang, String)],
     ) -> Result<PathBuf, LibraryError> {
-        let Source::Dir(dir) = &self.source else {
-            return Err(LibraryError::Expected {
-                what: "--bless".to_string(),
-                reason: "this lab binary has no scenarios/ directory to write to; run it from a checkout or set LAB_SCENARIOS_DIR".to_string(),
-            });
-        };
+        let dir = self.writable_dir()?;
         let scenario_dir = dir.join(scenario);
         let write = |path: PathBuf, text: &str| {
             std::fs::write(&path, text).map_err(|source| LibraryError::Write { path, source })

@@ -14,61 +14,19 @@ use std::time::Duration;
 
 use lab_core::{Checkpoints, Event, Facts, Narrator};
 use lab_infra::{InfraError, RunSpace, Servers};
-use lab_services::ServiceSpec;
-use sqlx::PgPool;
 use tokio_util::task::TaskTracker;
 
 use crate::catalogue::Entry;
+use crate::ctx::Ctx;
+use crate::error::ScenarioError;
 use crate::faults::{Faults, ProxyLedger};
 use crate::library::Library;
-use crate::scenario::{FaultUse, ScenarioError};
-use crate::stage::{self, Ports, ServiceHandle, Stage, StageConfig};
+use crate::scenario::FaultUse;
+use crate::stage::{self, Ports, Stage, StageConfig};
 
 /// How long the work a run's services spawned (a commit nobody waits for any more) may take to
 /// finish once the script has ended.
 const SPAWNED_WORK_GRACE: Duration = Duration::from_secs(5);
-
-/// What a scenario's script gets to work with.
-pub struct Ctx {
-    pub narrator: Narrator,
-    pub space: RunSpace,
-    pub checkpoints: Checkpoints,
-    /// The scenario's name, for errors.
-    pub name: &'static str,
-    faults: Option<Faults>,
-    stage: Stage,
-}
-
-impl Ctx {
-    fn undeclared(&self, what: impl Into<String>) -> ScenarioError {
-        ScenarioError::Undeclared {
-            scenario: self.name,
-            what: what.into(),
-        }
-    }
-
-    /// The run's PostgreSQL pool (its `search_path` is the run's schema).
-    pub fn pg(&self) -> Result<&PgPool, ScenarioError> {
-        self.space
-            .pg
-            .as_ref()
-            .ok_or_else(|| self.undeclared("PostgreSQL"))
-    }
-
-    /// The run's fault proxies.
-    pub fn faults(&self) -> Result<&Faults, ScenarioError> {
-        self.faults
-            .as_ref()
-            .ok_or_else(|| self.undeclared("the fault proxy"))
-    }
-
-    /// A service the scenario declared, started for this run.
-    pub fn service(&self, spec: &ServiceSpec) -> Result<&ServiceHandle, ScenarioError> {
-        self.stage
-            .get(spec)
-            .ok_or_else(|| self.undeclared(format!("the {} service", spec.name)))
-    }
-}
 
 /// The result of one scenario run.
 pub struct RunReport {
@@ -162,14 +120,14 @@ pub async fn run(
 
     let (ctx, result) = match started {
         Ok((faults, Ok(stage))) => {
-            let ctx = Ctx {
-                narrator: narrator.clone(),
+            let ctx = Ctx::new(
+                narrator.clone(),
                 space,
                 checkpoints,
-                name: entry.name,
+                entry.name,
                 faults,
                 stage,
-            };
+            );
             let result = (entry.scenario.run)(&ctx).await;
             (ctx, result)
         }
@@ -186,12 +144,7 @@ pub async fn run(
         }
     };
 
-    let Ctx {
-        space,
-        faults,
-        stage,
-        ..
-    } = ctx;
+    let (space, faults, stage) = ctx.into_parts();
     stage.stop().await;
     tasks.close();
     let _ = tokio::time::timeout(SPAWNED_WORK_GRACE, tasks.wait()).await;

@@ -21,8 +21,8 @@ use lab_services::{Observer, RunningService, ServiceEnv, ServiceSpec, Voice, lau
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
+use crate::error::ScenarioError;
 use crate::faults::Faults;
-use crate::scenario::ScenarioError;
 
 /// Narrates what services report: the [`Observer`] the lab gives its services.
 struct Narrated(Narrator);

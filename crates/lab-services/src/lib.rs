@@ -11,11 +11,14 @@
 //!   a service reports what it does (the lab narrates it; nothing here renders).
 //! - [`reports`]: the external report service of Lesson A (`POST /reports` with an optional
 //!   `Idempotency-Key`, deduplicated by a UNIQUE constraint).
+//! - [`http`]: the accept loop every bundled port uses (axum's, plus a header-read timeout, so
+//!   idle connections are closed).
 //! - [`api`]: the JSON error type and body extractor every service shares, so a malformed
 //!   request gets a 4xx with a JSON body, never a 500.
 //! - [`ALL`]: every bundled service, in the order `lab serve` gives them ports.
 
 pub mod api;
+pub mod http;
 pub mod reports;
 pub mod spec;
 

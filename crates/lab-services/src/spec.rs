@@ -206,11 +206,12 @@ pub fn launch(
     let router = (spec.router)(env)?;
     let stop = CancellationToken::new();
     let stopped = stop.clone();
-    let task = tasks.spawn(async move {
-        let _ = axum::serve(listener, router)
-            .with_graceful_shutdown(stopped.cancelled_owned())
-            .await;
-    });
+    let task = tasks.spawn(crate::http::serve(
+        listener,
+        router,
+        stopped,
+        crate::http::Limits::default(),
+    ));
     Ok(RunningService {
         name: spec.name,
         addr,

@@ -42,6 +42,8 @@ fn narratives(library: &Library, report: &RunReport, bless: bool) -> Vec<(Lang, 
 
 /// What one scenario's check found.
 struct Verdict {
+    /// The facts `expected.json` names.
+    expected: lab_core::Facts,
     fact_problems: Vec<String>,
     /// (language, unified diff) for each narrative that differs.
     narrative_diffs: Vec<(Lang, String)>,
@@ -54,7 +56,8 @@ impl Verdict {
 }
 
 fn judge(library: &Library, report: &RunReport, rendered: &[(Lang, String)]) -> Verdict {
-    let fact_problems = compare(&report.facts, &library.expected_facts(report.name))
+    let expected = library.expected_facts(report.name);
+    let fact_problems = compare(&report.facts, &expected)
         .into_iter()
         .filter(|c| !c.ok())
         .map(|c| {
@@ -89,6 +92,7 @@ fn judge(library: &Library, report: &RunReport, rendered: &[(Lang, String)]) -> 
         })
         .collect();
     Verdict {
+        expected,
         fact_problems,
         narrative_diffs,
     }
@@ -125,13 +129,49 @@ fn print_text(name: &str, verdict: &Verdict, bless: bool, color: bool) {
     }
 }
 
+/// One JSON line per narrative that differs (`"event": "drift"`), then the summary in the same
+/// shape as `lab run`'s: `passed` covers the facts and both narratives.
+fn print_json(name: &str, report: &RunReport, verdict: &Verdict, bless: bool) {
+    for (lang, diff) in &verdict.narrative_diffs {
+        say!(
+            "{}",
+            serde_json::json!({
+                "event": "drift",
+                "scenario": name,
+                "lang": lang.code(),
+                "diff": diff,
+            })
+        );
+    }
+    let expected = if bless {
+        report.facts.clone()
+    } else {
+        verdict.expected.clone()
+    };
+    say!(
+        "{}",
+        serde_json::json!({
+            "event": "summary",
+            "scenario": name,
+            "facts": report.facts,
+            "expected": expected,
+            "passed": bless || verdict.ok(),
+        })
+    );
+}
+
 pub async fn check(global: &Global, names: &[String], bless: bool) -> Result<u8, Failure> {
     // Headless: no pauses, whatever --step says, and nothing kept.
     let session = Session::open(global, Mode::Headless)?;
     let scenarios = session::resolve(names)?;
     let library = &session.library;
-    let Some(servers) = session.start_servers(session::needs(&scenarios)).await? else {
-        return Ok(session::interrupted());
+    if bless {
+        // Find out before running anything that there is nowhere to write.
+        library.writable_dir().map_err(Failure::environment)?;
+    }
+    let servers = match session.start_servers(session::needs(&scenarios)).await? {
+        Ok(servers) => servers,
+        Err(signal) => return Ok(session::interrupted(signal)),
     };
 
     let work = async {
@@ -157,20 +197,7 @@ pub async fn check(global: &Global, names: &[String], bless: bool) -> Result<u8,
             }
             match global.format {
                 FormatArg::Text => print_text(scenario.name, &verdict, bless, session.color),
-                FormatArg::Json => say!(
-                    "{}",
-                    serde_json::json!({
-                        "scenario": scenario.name,
-                        "facts_ok": verdict.fact_problems.is_empty(),
-                        "narrative_ok": {
-                            "en": !verdict.narrative_diffs.iter().any(|(l, _)| *l == Lang::En),
-                            "ru": !verdict.narrative_diffs.iter().any(|(l, _)| *l == Lang::Ru),
-                        },
-                        "problems": verdict.fact_problems,
-                        "diffs": verdict.narrative_diffs.iter().map(|(l, d)| (l.code().to_string(), d.clone())).collect::<std::collections::BTreeMap<_, _>>(),
-                        "passed": bless || verdict.ok(),
-                    })
-                ),
+                FormatArg::Json => print_json(scenario.name, &report, &verdict, bless),
             }
         }
         Ok::<bool, Failure>(drift)
@@ -181,6 +208,8 @@ pub async fn check(global: &Global, names: &[String], bless: bool) -> Result<u8,
         Guarded::Finished(Ok(false)) => Ok(exit::OK),
         Guarded::Finished(Ok(true)) => Ok(exit::DRIFT),
         Guarded::Finished(Err(failure)) => Err(failure),
-        Guarded::Interrupted | Guarded::Quit => Ok(session::interrupted()),
+        Guarded::Interrupted(signal) => Ok(session::interrupted(signal)),
+        // Headless: nothing pauses, so nothing can quit.
+        Guarded::Quit => Ok(session::quit()),
     }
 }

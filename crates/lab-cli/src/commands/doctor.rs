@@ -60,7 +60,7 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
         };
         redis = check_given(&options, only).await;
     }
-    let toxiproxy: Finding = match &global.toxiproxy_url {
+    let toxiproxy: Finding = match &session::toxiproxy_url(global)? {
         None => Ok("embedded (in-process, one per scenario run that breaks a hop)".to_string()),
         Some(url) => ToxiproxyClient::new(url)
             .version()

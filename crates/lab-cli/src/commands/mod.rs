@@ -6,8 +6,6 @@ mod list;
 mod run;
 mod serve;
 
-pub use serve::DEFAULT_PORT_BASE;
-
 use crate::cli::{Cli, Command};
 use crate::session::Failure;
 
@@ -23,8 +21,25 @@ pub async fn dispatch(cli: Cli) -> u8 {
     match result {
         Ok(code) => code,
         Err(Failure { code, error }) => {
-            eprintln!("lab: error: {error:#}");
+            eprintln!("lab: error: {}", one_line(&error));
             code
         }
     }
+}
+
+/// An error and its causes on one line, each said once: many errors already include their
+/// cause's text in their own message, and printing the chain as well would repeat it.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }

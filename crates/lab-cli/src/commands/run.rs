@@ -29,8 +29,9 @@ fn print_kept(kept: &KeptRun) {
 pub async fn run(global: &Global, names: &[String]) -> Result<u8, Failure> {
     let session = Session::open(global, Mode::Live)?;
     let scenarios = session::resolve(names)?;
-    let Some(servers) = session.start_servers(session::needs(&scenarios)).await? else {
-        return Ok(session::interrupted());
+    let servers = match session.start_servers(session::needs(&scenarios)).await? {
+        Ok(servers) => servers,
+        Err(signal) => return Ok(session::interrupted(signal)),
     };
 
     let sink = session.sink();
@@ -61,11 +62,8 @@ pub async fn run(global: &Global, names: &[String]) -> Result<u8, Failure> {
     match outcome {
         Guarded::Finished(Ok(true)) => Ok(exit::OK),
         Guarded::Finished(Ok(false)) => Ok(exit::DRIFT),
-        Guarded::Finished(Err(ScenarioError::Quit(_))) | Guarded::Quit => {
-            eprintln!("lab: stopped; servers and temporary files are cleaned up");
-            Ok(exit::OK)
-        }
-        Guarded::Interrupted => Ok(session::interrupted()),
+        Guarded::Finished(Err(ScenarioError::Quit(_))) | Guarded::Quit => Ok(session::quit()),
+        Guarded::Interrupted(signal) => Ok(session::interrupted(signal)),
         Guarded::Finished(Err(e)) => Err(session::scenario_failure(e)),
     }
 }

@@ -28,9 +28,6 @@ use tokio_util::task::TaskTracker;
 use crate::cli::{Global, exit};
 use crate::session::{Failure, Guarded, Mode, Session};
 
-/// The default port base: the Toxiproxy API lands on 8474, Toxiproxy's own port.
-pub const DEFAULT_PORT_BASE: u16 = 8470;
-
 /// Where the API, each service's proxy and each service listen.
 struct Plan {
     api: u16,
@@ -152,7 +149,7 @@ pub async fn serve(global: &Global, port_base: u16) -> Result<u8, Failure> {
         .iter()
         .fold(Needs::default(), |acc, s| acc.union(s.all_needs()));
     // Ctrl-C is how serve ends, whenever it comes.
-    let Some(servers) = session.start_servers(needs).await? else {
+    let Ok(servers) = session.start_servers(needs).await? else {
         return Ok(exit::OK);
     };
     let space = match RunSpace::create(&servers, &stage::schemas(ALL)).await {
@@ -178,7 +175,7 @@ pub async fn serve(global: &Global, port_base: u16) -> Result<u8, Failure> {
             Ok(())
         }
         Guarded::Finished(Err(e)) => Err(e),
-        Guarded::Interrupted | Guarded::Quit => Ok(()),
+        Guarded::Interrupted(_) | Guarded::Quit => Ok(()),
     };
     tasks.close();
     let _ = space.release(&servers, session.config.keep).await;

@@ -11,9 +11,17 @@ pub fn lab_path() -> &'static str {
     env!("CARGO_BIN_EXE_lab")
 }
 
-/// A `lab` command with an environment that cannot change its output.
+/// A `lab` command with an environment that cannot change its output, run from the top of
+/// this checkout (so it reads this checkout's `scenarios/`, as a developer's `lab` does).
 pub fn lab(args: &[&str]) -> Command {
-    command(Path::new(lab_path()), args)
+    let mut command = command(Path::new(lab_path()), args);
+    command.current_dir(repo());
+    command
+}
+
+/// The top of this checkout.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// A command for a `lab` binary (this one, or one built elsewhere) with an environment that
@@ -80,7 +88,7 @@ pub fn catalogue() -> Vec<String> {
 
 /// The repository's `scenarios/` directory.
 pub fn scenarios_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
+    repo().join("scenarios")
 }
 
 /// Copies a directory tree (for tests that edit expected files).

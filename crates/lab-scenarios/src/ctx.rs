@@ -1,0 +1,77 @@
+//! What a scenario's script gets to work with: the narrator, the run's space, checkpoints, and
+//! exactly what its `Requires` declared (a database, fault proxies, services). Reaching for
+//! anything else is a [`ScenarioError::Undeclared`], never a panic.
+
+use lab_core::{Checkpoints, Narrator};
+use lab_infra::RunSpace;
+use lab_services::ServiceSpec;
+use sqlx::PgPool;
+
+use crate::error::ScenarioError;
+use crate::faults::Faults;
+use crate::stage::{ServiceHandle, Stage};
+
+/// What a scenario's script gets to work with.
+pub struct Ctx {
+    pub narrator: Narrator,
+    pub space: RunSpace,
+    pub checkpoints: Checkpoints,
+    /// The scenario's name, for errors.
+    pub name: &'static str,
+    faults: Option<Faults>,
+    stage: Stage,
+}
+
+impl Ctx {
+    pub(crate) fn new(
+        narrator: Narrator,
+        space: RunSpace,
+        checkpoints: Checkpoints,
+        name: &'static str,
+        faults: Option<Faults>,
+        stage: Stage,
+    ) -> Ctx {
+        Ctx {
+            narrator,
+            space,
+            checkpoints,
+            name,
+            faults,
+            stage,
+        }
+    }
+
+    /// What the runner releases when the script has ended.
+    pub(crate) fn into_parts(self) -> (RunSpace, Option<Faults>, Stage) {
+        (self.space, self.faults, self.stage)
+    }
+
+    fn undeclared(&self, what: impl Into<String>) -> ScenarioError {
+        ScenarioError::Undeclared {
+            scenario: self.name,
+            what: what.into(),
+        }
+    }
+
+    /// The run's PostgreSQL pool (its `search_path` is the run's schema).
+    pub fn pg(&self) -> Result<&PgPool, ScenarioError> {
+        self.space
+            .pg
+            .as_ref()
+            .ok_or_else(|| self.undeclared("PostgreSQL"))
+    }
+
+    /// The run's fault proxies.
+    pub fn faults(&self) -> Result<&Faults, ScenarioError> {
+        self.faults
+            .as_ref()
+            .ok_or_else(|| self.undeclared("the fault proxy"))
+    }
+
+    /// A service the scenario declared, started for this run.
+    pub fn service(&self, spec: &ServiceSpec) -> Result<&ServiceHandle, ScenarioError> {
+        self.stage
+            .get(spec)
+            .ok_or_else(|| self.undeclared(format!("the {} service", spec.name)))
+    }
+}
