@@ -331,6 +331,8 @@ pub(crate) struct ToxicChain {
     stale: bool,
     /// The proxy's count of chunks held by a wait (see `Proxy::held_chunks`).
     held: Arc<AtomicUsize>,
+    /// The proxy's total of chunks swallowed (see `Proxy::swallowed_chunks`).
+    swallowed: Arc<AtomicUsize>,
 }
 
 impl ToxicChain {
@@ -338,6 +340,7 @@ impl ToxicChain {
         stream: Stream,
         config: watch::Receiver<Vec<Toxic>>,
         held: Arc<AtomicUsize>,
+        swallowed: Arc<AtomicUsize>,
     ) -> ToxicChain {
         let mut chain = ToxicChain {
             stream,
@@ -346,6 +349,7 @@ impl ToxicChain {
             rng: Rng::new(),
             stale: false,
             held,
+            swallowed,
         };
         chain.sync_with_config();
         chain
@@ -433,7 +437,10 @@ impl ToxicChain {
                     let deadline = later(arrived, Duration::from_millis(delay_ms));
                     self.wait_while_in_force(index, deadline).await;
                 }
-                ToxicKind::Timeout { .. } => return Verdict::Swallow,
+                ToxicKind::Timeout { .. } => {
+                    self.swallowed.fetch_add(1, Ordering::SeqCst);
+                    return Verdict::Swallow;
+                }
                 ToxicKind::ResetPeer { timeout } => {
                     let deadline = later(Instant::now(), Duration::from_millis(timeout));
                     if self.wait_while_in_force(index, deadline).await {
