@@ -79,6 +79,8 @@ pub(crate) trait ProxyContext: Send + Sync + 'static {
     fn watch_toxics(&self) -> watch::Receiver<Vec<Toxic>>;
     /// The proxy's count of chunks held back by a delaying toxic.
     fn held_chunks(&self) -> Arc<AtomicUsize>;
+    /// The proxy's running total of chunks swallowed by a timeout toxic.
+    fn swallowed_chunks(&self) -> Arc<AtomicUsize>;
     /// The registry this connection leaves when it ends.
     fn open_connections(&self) -> &OpenConnections;
 }
@@ -346,7 +348,12 @@ async fn pump(
     let (queue, queued) = mpsc::channel(CHUNKS_IN_FLIGHT);
     let direction = Direction {
         stream,
-        toxics: ToxicChain::new(stream, proxy.watch_toxics(), proxy.held_chunks()),
+        toxics: ToxicChain::new(
+            stream,
+            proxy.watch_toxics(),
+            proxy.held_chunks(),
+            proxy.swallowed_chunks(),
+        ),
         connection,
         hold_until: None,
     };

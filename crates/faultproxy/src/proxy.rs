@@ -101,6 +101,9 @@ struct ProxyShared {
     /// How many chunks are held by a delaying toxic right now (observable, for tests and for
     /// anyone wondering where their bytes are).
     held: Arc<AtomicUsize>,
+    /// How many chunks a timeout toxic has swallowed so far: a running total, observable like
+    /// `held` (a test can see that data was dropped, instead of waiting to see nothing arrive).
+    swallowed: Arc<AtomicUsize>,
     /// Set (under the `accept_loop` lock) when the proxy is deleted or replaced: an update
     /// racing with the delete, holding an old handle, must not bring the listener back.
     removed: AtomicBool,
@@ -140,6 +143,10 @@ impl ProxyContext for ProxyShared {
 
     fn held_chunks(&self) -> Arc<AtomicUsize> {
         self.held.clone()
+    }
+
+    fn swallowed_chunks(&self) -> Arc<AtomicUsize> {
+        self.swallowed.clone()
     }
 
     fn open_connections(&self) -> &OpenConnections {
@@ -201,6 +208,7 @@ impl Proxy {
                 faults: Mutex::new(Vec::new()),
                 connections: Arc::new(OpenConnections::default()),
                 held: Arc::new(AtomicUsize::new(0)),
+                swallowed: Arc::new(AtomicUsize::new(0)),
                 removed: AtomicBool::new(false),
             }),
         };
@@ -339,6 +347,12 @@ impl Proxy {
     /// How many chunks a latency or reset_peer toxic is holding back right now.
     pub fn held_chunks(&self) -> usize {
         self.shared.held.load(Ordering::SeqCst)
+    }
+
+    /// How many chunks a timeout toxic has swallowed on this proxy so far (a running total,
+    /// over all connections and both streams).
+    pub fn swallowed_chunks(&self) -> usize {
+        self.shared.swallowed.load(Ordering::SeqCst)
     }
 
     pub fn toxic(&self, name: &str) -> Option<Toxic> {

@@ -331,6 +331,8 @@ pub(crate) struct ToxicChain {
     stale: bool,
     /// The proxy's count of chunks held by a wait (see `Proxy::held_chunks`).
     held: Arc<AtomicUsize>,
+    /// The proxy's total of chunks swallowed (see `Proxy::swallowed_chunks`).
+    swallowed: Arc<AtomicUsize>,
 }
 
 impl ToxicChain {
@@ -338,6 +340,7 @@ impl ToxicChain {
         stream: Stream,
         config: watch::Receiver<Vec<Toxic>>,
         held: Arc<AtomicUsize>,
+        swallowed: Arc<AtomicUsize>,
     ) -> ToxicChain {
         let mut chain = ToxicChain {
             stream,
@@ -346,6 +349,7 @@ impl ToxicChain {
             rng: Rng::new(),
             stale: false,
             held,
+            swallowed,
         };
         chain.sync_with_config();
         chain
@@ -433,7 +437,10 @@ impl ToxicChain {
                     let deadline = later(arrived, Duration::from_millis(delay_ms));
                     self.wait_while_in_force(index, deadline).await;
                 }
-                ToxicKind::Timeout { .. } => return Verdict::Swallow,
+                ToxicKind::Timeout { .. } => {
+                    self.swallowed.fetch_add(1, Ordering::SeqCst);
+                    return Verdict::Swallow;
+                }
                 ToxicKind::ResetPeer { timeout } => {
                     let deadline = later(Instant::now(), Duration::from_millis(timeout));
                     if self.wait_while_in_force(index, deadline).await {
@@ -599,6 +606,40 @@ mod tests {
                 .iter()
                 .all(|size| *size == 1)
         );
+    }
+
+    /// Each chunk is delayed from its own arrival, not one after the other: chunks that
+    /// queued behind a delayed one go out with it (the noxious port took n × latency for
+    /// an answer of n chunks). On tokio's paused clock, so the times are exact instead of
+    /// measured on a possibly loaded machine; an upper bound on this clock cannot flake.
+    #[tokio::test(start_paused = true)]
+    async fn latency_counts_from_each_chunks_arrival() {
+        let latency = ToxicKind::Latency {
+            latency: 300,
+            jitter: 0,
+        };
+        // The sender must live: a closed toxic list would let every chunk go at once.
+        let (_config, watched) = watch::channel(vec![Toxic::new(latency, Stream::Downstream)]);
+        let mut chain =
+            ToxicChain::new(Stream::Downstream, watched, Arc::default(), Arc::default());
+        let chunk = |arrived| Chunk {
+            bytes: b"x".to_vec(),
+            arrived,
+        };
+
+        // 13 chunks arrive together (200 kB read 16 kB at a time).
+        let arrived = Instant::now();
+        for _ in 0..13 {
+            let verdict = chain.process(chunk(arrived)).await;
+            assert!(matches!(verdict, Verdict::Write { .. }));
+            assert_eq!(arrived.elapsed(), Duration::from_millis(300));
+        }
+
+        // A chunk that already waited longer than the latency goes out at once.
+        let arrived = Instant::now();
+        tokio::time::advance(Duration::from_millis(500)).await;
+        chain.process(chunk(arrived)).await;
+        assert_eq!(arrived.elapsed(), Duration::from_millis(500));
     }
 
     #[test]

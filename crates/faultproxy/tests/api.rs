@@ -3,13 +3,14 @@
 mod common;
 
 use std::io::ErrorKind;
+use std::net::SocketAddr;
 
 use common::*;
 use faultproxy::FaultProxy;
 use serde_json::json;
 use tokio::net::TcpStream;
 
-async fn api_with_echo() -> (FaultProxy, std::net::SocketAddr, String) {
+async fn api_with_echo() -> (FaultProxy, SocketAddr, String) {
     let proxies = FaultProxy::new();
     let api = serve_api(&proxies).await;
     (proxies, api, echo_server().await.to_string())
@@ -100,20 +101,7 @@ async fn proxy_lifecycle_and_status_codes() {
     assert_ne!(moved["listen"], json!(listen));
 
     // Moving while disabled: enabling later listens on the new address.
-    let free_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    http(api, "POST", "/proxies/echo", Some(r#"{"enabled": false}"#)).await;
-    let move_disabled = json!({"listen": free_port.to_string()}).to_string();
-    assert_eq!(
-        http(api, "POST", "/proxies/echo", Some(&move_disabled))
-            .await
-            .0,
-        200
-    );
-    let (_, enabled) = http(api, "POST", "/proxies/echo", Some(r#"{"enabled": true}"#)).await;
-    assert_eq!(enabled["listen"], json!(free_port.to_string()));
+    let free_port = move_while_disabled_then_enable(api, "echo").await;
     assert_eq!(
         roundtrip(&proxies.get("echo").unwrap(), b"moved").await,
         b"moved"
@@ -151,6 +139,37 @@ async fn proxy_lifecycle_and_status_codes() {
         405,
         "method not allowed",
     );
+}
+
+/// Moves the disabled proxy `name` to a port of our choosing, then enables it there;
+/// returns that address.
+///
+/// A disabled proxy does not listen, so the port cannot be held for it: it is only
+/// borrowed (bound by us, its number read, let go), and anybody may take it before the
+/// proxy binds it on enabling. Then enabling answers 409 (address in use), and we try
+/// another port.
+async fn move_while_disabled_then_enable(api: SocketAddr, name: &str) -> SocketAddr {
+    let path = format!("/proxies/{name}");
+    for _ in 0..20 {
+        let (status, _) = http(api, "POST", &path, Some(r#"{"enabled": false}"#)).await;
+        assert_eq!(status, 200);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let move_disabled = json!({"listen": port.to_string()}).to_string();
+        let (status, moved) = http(api, "POST", &path, Some(&move_disabled)).await;
+        assert_eq!((status, &moved["enabled"]), (200, &json!(false)));
+        match http(api, "POST", &path, Some(r#"{"enabled": true}"#)).await {
+            (200, enabled) => {
+                assert_eq!(enabled["listen"], json!(port.to_string()));
+                return port;
+            }
+            (409, taken) => eprintln!("{port} was taken meanwhile ({taken}); another one"),
+            other => panic!("enabling on {port}: {other:?}"),
+        }
+    }
+    panic!("every port we picked was taken before the proxy could bind it");
 }
 
 #[tokio::test]

@@ -68,14 +68,12 @@ async fn slow_response_delivers_everything_late_even_when_the_server_hangs_up() 
     let started = Instant::now();
     assert_eq!(roundtrip(&proxy, b"GET").await, answer);
     assert!(started.elapsed() >= Duration::from_millis(400));
-    assert_eq!(slow.fired_count(), 1);
+    assert_eq!((slow.fired_count(), slow.uses_left()), (1, 0));
 
-    let started = Instant::now();
+    // The next connection is untouched: the fault (counted the moment it holds a
+    // response back) does not strike again.
     assert_eq!(roundtrip(&proxy, b"GET").await, answer);
-    assert!(
-        started.elapsed() < Duration::from_millis(400),
-        "the next one is untouched"
-    );
+    assert_eq!(slow.fired_count(), 1, "the next one is untouched");
 }
 
 #[tokio::test]

@@ -14,12 +14,45 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-/// Fails a test that hangs instead of letting it hang CI.
-pub async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), future)
-        .await
-        .expect("timed out after 10 s")
+/// How long a test may wait for something that should happen at once. Only a guard
+/// against a hung test: no assertion relies on it (a delay a test must see as "not
+/// applied" is an hour long, far beyond it).
+pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Fails a test that hangs instead of letting it hang CI, naming the line that waited.
+#[track_caller]
+pub fn within<F: Future>(future: F) -> impl Future<Output = F::Output> {
+    let waiting_at = std::panic::Location::caller();
+    async move {
+        match tokio::time::timeout(SAFETY_TIMEOUT, future).await {
+            Ok(output) => output,
+            Err(_) => panic!("hung: still waiting after {SAFETY_TIMEOUT:?} at {waiting_at}"),
+        }
+    }
 }
+
+/// Waits until `condition` holds, polling state the proxy exposes (`held_chunks`,
+/// `swallowed_chunks`, ...) between the other tasks' steps: an observation, not a
+/// guess at timing.
+#[track_caller]
+pub fn until(what: &str, condition: impl Fn() -> bool) -> impl Future<Output = ()> {
+    let waiting_at = std::panic::Location::caller();
+    let what = what.to_owned();
+    async move {
+        let polling = async {
+            while !condition() {
+                tokio::task::yield_now().await;
+            }
+        };
+        if tokio::time::timeout(SAFETY_TIMEOUT, polling).await.is_err() {
+            panic!("hung: {what} did not happen within {SAFETY_TIMEOUT:?} (at {waiting_at})");
+        }
+    }
+}
+
+/// A latency no test can wait out: if a chunk still got it, the test would hang
+/// (and fail at [`SAFETY_TIMEOUT`]) instead of passing by luck.
+pub const AN_HOUR_MS: u64 = 60 * 60 * 1000;
 
 pub async fn read_all(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
     let mut received = Vec::new();
@@ -142,7 +175,7 @@ pub async fn checkpoint_server() -> (SocketAddr, mpsc::UnboundedReceiver<Checkpo
     (address, checkpoints)
 }
 
-/// Starts the Toxiproxy API of `proxies` on a free port.
+/// Starts the Toxiproxy API of `proxies` on a port the listener picks (port 0) and keeps.
 pub async fn serve_api(proxies: &FaultProxy) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
