@@ -106,6 +106,15 @@ pub async fn not_found() -> ApiError {
     ApiError::client(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
 }
 
+/// The answer to a method an endpoint does not take.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::client(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use axum::Router;

@@ -13,12 +13,15 @@
 //!   `Idempotency-Key`, deduplicated by a UNIQUE constraint).
 //! - [`http`]: the accept loop every bundled port uses (axum's, plus a header-read timeout, so
 //!   idle connections are closed).
+//! - [`provider`]: the mock payment provider of the payments lesson (counts its charges,
+//!   deduplicates by key when switched to, answers status queries).
 //! - [`api`]: the JSON error type and body extractor every service shares, so a malformed
 //!   request gets a 4xx with a JSON body, never a 500.
 //! - [`ALL`]: every bundled service, in the order `lab serve` gives them ports.
 
 pub mod api;
 pub mod http;
+pub mod provider;
 pub mod reports;
 pub mod spec;
 
@@ -28,4 +31,4 @@ pub use spec::{
 
 /// Every bundled service, in the order `lab serve` numbers their ports (so a new service goes at
 /// the end and no port of an existing one moves).
-pub static ALL: &[&ServiceSpec] = &[&reports::SPEC];
+pub static ALL: &[&ServiceSpec] = &[&reports::SPEC, &provider::SPEC];

@@ -34,7 +34,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{ApiError, JsonBody, not_found};
+use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
 use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
 
 /// The report service, as the lab starts it.
@@ -143,13 +143,7 @@ impl ReportService {
             .route("/naive/reports", post(create_report_naive))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .fallback(not_found)
-            .method_not_allowed_fallback(|| async {
-                ApiError::client(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "method_not_allowed",
-                    "this endpoint does not take that method",
-                )
-            })
+            .method_not_allowed_fallback(method_not_allowed)
             .with_state(self)
     }
 

@@ -101,16 +101,17 @@ fn print_endpoints(plan: &Plan, servers: &Servers, space: &RunSpace, stage: &Sta
             handle.direct
         );
     }
-    let proxies: Vec<String> = stage
-        .services()
-        .iter()
-        .filter_map(|h| Some(format!("\"{}\": {} → {}", h.spec.name, h.hop?, h.direct)))
-        .collect();
-    say!(
-        "  {:<16} {api}  (proxy {})",
-        "Toxiproxy API",
-        proxies.join(", ")
-    );
+    say!("  {:<16} {api}", "Toxiproxy API");
+    for handle in stage.services() {
+        if let Some(hop) = handle.hop {
+            say!(
+                "  {:<16} proxy \"{}\": {hop} → {}",
+                "",
+                handle.spec.name,
+                handle.direct
+            );
+        }
+    }
     if let Some(url) = &space.pg_url {
         say!("  {:<16} {url}", "PostgreSQL");
     }

@@ -1,0 +1,267 @@
+//! The mock payment provider of the payments lesson: the outside world that actually moves money.
+//!
+//! It is a real HTTP server; only its business is made up. It counts every charge it makes, and
+//! it can deduplicate by the caller's key, as real providers do when their integration contract
+//! says so (Stripe's `Idempotency-Key`):
+//!
+//! | request                                   | answer                                            |
+//! |-------------------------------------------|---------------------------------------------------|
+//! | `POST /charges` with a new key            | 201 `{"charge_id": "ch_N", "replayed": false, …}` |
+//! | the same key again, dedup on              | 200, the same charge, `"replayed": true`          |
+//! | the same key again, dedup off             | 201, a new charge: the money moves twice          |
+//! | `GET /charges?key=K`                      | the charges made under K (a status query)         |
+//! | `GET /charges`                            | every charge and the count                        |
+//! | `PUT /config {"dedup_by_key": true}`      | switches deduplication for this provider          |
+//!
+//! A caller whose answer was lost cannot know whether the money moved; the lesson's point is that
+//! an uncertain outcome needs a status query (`GET /charges?key=…`) or a provider that
+//! deduplicates, before a new charge. The lab loses answers in the fault proxy, right after the
+//! provider's `provider.charged` checkpoint.
+//!
+//! The charges live in memory: a provider is one process of the run, and its counter is read over
+//! HTTP, as a real provider's dashboard would be.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use lab_core::{Checkpoints, Msg};
+use lab_infra::Needs;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
+use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
+
+/// The service's name: in narration, and the name of its fault-proxy hop.
+pub const NAME: &str = "provider";
+
+/// Checkpoint: the charge is recorded and the answer is about to go out. Losing the answer here
+/// is "the provider charged, but its response was lost".
+pub const CHARGED: &str = "provider.charged";
+
+/// The mock payment provider, as the lab starts it.
+pub static SPEC: ServiceSpec = ServiceSpec {
+    name: NAME,
+    title: "payment provider",
+    needs: Needs {
+        postgres: false,
+        redis: false,
+    },
+    schema: "",
+    calls: &[],
+    checkpoints: &[Checkpoint {
+        name: CHARGED,
+        about: "the charge is recorded; the answer is about to go out",
+    }],
+    demo: DEMO,
+    router: |env| Ok(Provider::from_env(env)?.router()),
+};
+
+const DEMO: &str = r#"  # charge twice with one key: two charges, until the provider deduplicates
+  curl -s -X POST {url}/charges -H 'Content-Type: application/json' -H 'Idempotency-Key: k1' \
+       -d '{"order_id":"7f1c0e3a-0000-4000-8000-000000000001","amount":1990,"currency":"RUB"}'
+  curl -s -X PUT {direct}/config -H 'Content-Type: application/json' -d '{"dedup_by_key":true}'
+  curl -s '{direct}/charges?key=k1'"#;
+
+/// The longest key the provider accepts.
+pub const MAX_KEY_LEN: usize = 512;
+
+/// A charge request.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ChargeRequest {
+    pub order_id: String,
+    /// Positive, in minor units (kopecks).
+    pub amount: i64,
+    pub currency: String,
+}
+
+/// A charge the provider made.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Charge {
+    pub charge_id: String,
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+    /// The caller's key, when it sent one.
+    pub key: Option<String>,
+}
+
+/// The answer to `POST /charges`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ChargeAnswer {
+    #[serde(flatten)]
+    pub charge: Charge,
+    pub replayed: bool,
+}
+
+/// The provider's state: its charges, its dedup switch, and the lab's hooks.
+#[derive(Clone)]
+pub struct Provider {
+    charges: Arc<Mutex<Vec<Charge>>>,
+    dedup_by_key: Arc<AtomicBool>,
+    voice: Voice,
+    checkpoints: Checkpoints,
+}
+
+impl Provider {
+    pub fn from_env(env: ServiceEnv) -> Result<Provider, ServiceError> {
+        Ok(Provider {
+            charges: Arc::default(),
+            dedup_by_key: Arc::default(),
+            voice: env.voice,
+            checkpoints: env.checkpoints,
+        })
+    }
+
+    pub fn router(self) -> Router {
+        Router::new()
+            .route("/charges", post(create_charge).get(list_charges))
+            .route("/config", put(set_config).get(get_config))
+            .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .with_state(self)
+    }
+
+    async fn tell(&self, msg: Msg) {
+        self.voice.tell(NAME, msg).await;
+    }
+}
+
+fn validate(req: &ChargeRequest) -> Result<(), ApiError> {
+    let invalid = |message: &str| {
+        ApiError::client(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            message.to_string(),
+        )
+    };
+    if req.amount <= 0 {
+        return Err(invalid("amount must be a positive integer (minor units)"));
+    }
+    if req.order_id.trim().is_empty()
+        || req.order_id.len() > 64
+        || req.order_id.chars().any(char::is_control)
+    {
+        return Err(invalid("order_id must be 1 to 64 printable characters"));
+    }
+    if req.currency.len() != 3 || !req.currency.chars().all(|c| c.is_ascii_uppercase()) {
+        return Err(invalid("currency must be three capital letters, e.g. RUB"));
+    }
+    Ok(())
+}
+
+/// The caller's key, if any: visible ASCII, at most [`MAX_KEY_LEN`] characters.
+fn provider_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(raw) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = |message: &str| ApiError::bad_request("invalid_idempotency_key", message.to_string());
+    let key = raw
+        .to_str()
+        .map_err(|_| bad("Idempotency-Key must be visible ASCII"))?
+        .trim();
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(bad("Idempotency-Key must be 1 to 512 characters"));
+    }
+    Ok(Some(key.to_string()))
+}
+
+/// `POST /charges`: moves money, once per key when dedup is on.
+async fn create_charge(
+    State(provider): State<Provider>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<ChargeRequest>,
+) -> Result<Response, ApiError> {
+    validate(&req)?;
+    let key = provider_key(&headers)?;
+    let dedup = provider.dedup_by_key.load(Ordering::SeqCst);
+    // Find-or-create under one lock: two concurrent calls with one key cannot both charge when
+    // dedup is on.
+    let (charge, replayed) = {
+        let mut charges = provider.charges.lock();
+        let existing = key
+            .as_ref()
+            .filter(|_| dedup)
+            .and_then(|k| charges.iter().find(|c| c.key.as_ref() == Some(k)).cloned());
+        match existing {
+            Some(charge) => (charge, true),
+            None => {
+                let charge = Charge {
+                    charge_id: format!("ch_{}", charges.len() + 1),
+                    order_id: req.order_id.clone(),
+                    amount: req.amount,
+                    currency: req.currency.clone(),
+                    key: key.clone(),
+                };
+                charges.push(charge.clone());
+                (charge, false)
+            }
+        }
+    };
+    let msg = if replayed {
+        Msg::new("provider.replayed").arg("id", &charge.charge_id)
+    } else {
+        Msg::new("provider.charged")
+            .arg("id", &charge.charge_id)
+            .arg("amount", charge.amount)
+            .arg("key", key.as_deref().unwrap_or("-"))
+    };
+    provider.tell(msg).await;
+    provider.checkpoints.reached(CHARGED).await;
+    let status = if replayed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(ChargeAnswer { charge, replayed })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct ChargesQuery {
+    key: Option<String>,
+}
+
+/// `GET /charges[?key=K]`: the provider's own view, which the lab reads its facts from.
+async fn list_charges(
+    State(provider): State<Provider>,
+    Query(query): Query<ChargesQuery>,
+) -> Json<serde_json::Value> {
+    let charges: Vec<Charge> = provider
+        .charges
+        .lock()
+        .iter()
+        .filter(|c| query.key.is_none() || c.key == query.key)
+        .cloned()
+        .collect();
+    Json(json!({"count": charges.len(), "charges": charges}))
+}
+
+/// The provider's switches.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub dedup_by_key: bool,
+}
+
+async fn set_config(
+    State(provider): State<Provider>,
+    JsonBody(config): JsonBody<ProviderConfig>,
+) -> Json<ProviderConfig> {
+    provider
+        .dedup_by_key
+        .store(config.dedup_by_key, Ordering::SeqCst);
+    Json(config)
+}
+
+async fn get_config(State(provider): State<Provider>) -> Json<ProviderConfig> {
+    Json(ProviderConfig {
+        dedup_by_key: provider.dedup_by_key.load(Ordering::SeqCst),
+    })
+}

@@ -1,0 +1,134 @@
+//! The mock payment provider's contract, on a real socket: it counts charges, deduplicates by key
+//! only when switched to, answers status queries, and refuses malformed requests with a 4xx.
+
+use lab_services::provider;
+use lab_services::{RunningService, ServiceEnv, Voice, launch};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+async fn start() -> RunningService {
+    let env = ServiceEnv {
+        pg: None,
+        redis: None,
+        key_prefix: "lab:test:".into(),
+        peers: Default::default(),
+        voice: Voice::default(),
+        checkpoints: Default::default(),
+        tasks: Default::default(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    launch(&provider::SPEC, env, listener).unwrap()
+}
+
+fn body() -> Value {
+    json!({"order_id": "order-1", "amount": 1990, "currency": "RUB"})
+}
+
+async fn charge(http: &reqwest::Client, url: &str, key: &str) -> (StatusCode, Value) {
+    let response = http
+        .post(format!("{url}/charges"))
+        .header("Idempotency-Key", key)
+        .json(&body())
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.json().await.unwrap())
+}
+
+async fn count(http: &reqwest::Client, url: &str, query: &str) -> i64 {
+    let body: Value = http
+        .get(format!("{url}/charges{query}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["count"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn one_key_charges_twice_until_the_provider_deduplicates() {
+    let service = start().await;
+    let (url, http) = (service.url(), reqwest::Client::new());
+
+    let (first, a) = charge(&http, &url, "k1").await;
+    let (second, b) = charge(&http, &url, "k1").await;
+    assert_eq!((first, second), (StatusCode::CREATED, StatusCode::CREATED));
+    assert_ne!(a["charge_id"], b["charge_id"], "no dedup: two charges");
+    assert_eq!(count(&http, &url, "").await, 2);
+
+    let config = http
+        .put(format!("{url}/config"))
+        .json(&json!({"dedup_by_key": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(config.status(), StatusCode::OK);
+    let (third, c) = charge(&http, &url, "k2").await;
+    let (fourth, d) = charge(&http, &url, "k2").await;
+    assert_eq!((third, fourth), (StatusCode::CREATED, StatusCode::OK));
+    assert_eq!(c["charge_id"], d["charge_id"]);
+    assert_eq!(d["replayed"], true);
+    assert_eq!(count(&http, &url, "").await, 3);
+    assert_eq!(count(&http, &url, "?key=k1").await, 2);
+    assert_eq!(count(&http, &url, "?key=k2").await, 1);
+    assert_eq!(count(&http, &url, "?key=none").await, 0);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_requests_get_a_4xx_with_a_json_body() {
+    let service = start().await;
+    let (url, http) = (service.url(), reqwest::Client::new());
+    let cases = [
+        (
+            json!({"order_id": "o", "amount": 0, "currency": "RUB"}),
+            422,
+        ),
+        (
+            json!({"order_id": "o", "amount": -5, "currency": "RUB"}),
+            422,
+        ),
+        (json!({"order_id": "", "amount": 5, "currency": "RUB"}), 422),
+        (
+            json!({"order_id": "o", "amount": 5, "currency": "rub"}),
+            422,
+        ),
+        (
+            json!({"order_id": "o", "amount": "5", "currency": "RUB"}),
+            422,
+        ),
+        (json!({"amount": 5}), 422),
+    ];
+    for (body, status) in cases {
+        let response = http
+            .post(format!("{url}/charges"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{body}");
+        let error: Value = response.json().await.unwrap();
+        assert!(error["error"].is_string(), "{error}");
+    }
+    let not_json = http
+        .post(format!("{url}/charges"))
+        .header("content-type", "application/json")
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_json.status(), StatusCode::BAD_REQUEST);
+    let bad_config = http
+        .put(format!("{url}/config"))
+        .json(&json!({"dedup": "yes"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_config.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let wrong_method = http.delete(format!("{url}/charges")).send().await.unwrap();
+    assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(count(&http, &url, "").await, 0, "no charge from bad input");
+    service.stop().await;
+}
