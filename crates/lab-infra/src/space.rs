@@ -47,7 +47,7 @@ impl RunSpace {
         let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
         let schema = format!("lab_{run_id}");
         let prefix = format!("lab:{run_id}:");
-        servers.live_runs.lock().unwrap().insert(run_id.clone());
+        servers.live_runs.lock().insert(run_id.clone());
 
         let (pg, pg_url) = match &servers.postgres {
             Some(server) => {
@@ -100,13 +100,13 @@ impl RunSpace {
             pool.close().await;
         }
         if keep {
-            servers.live_runs.lock().unwrap().remove(&self.run_id);
+            servers.live_runs.lock().remove(&self.run_id);
             return Ok(());
         }
         // The run stays on the list of live runs until its schema is really gone: if this is
         // cancelled halfway (Ctrl-C, `q`), `clean_abandoned_runs` still knows what to drop.
         drop_run(servers, &self.run_id).await?;
-        servers.live_runs.lock().unwrap().remove(&self.run_id);
+        servers.live_runs.lock().remove(&self.run_id);
         Ok(())
     }
 }
