@@ -1,9 +1,14 @@
 //! The space of one scenario run: schema `lab_<run>` and key prefix `lab:<run>:`.
 //!
-//! Every run creates its own schema (with the tables of `schema.sql`) and uses only keys under
-//! its own prefix. Its pool sets `search_path` to that schema on every connection, so the SQL of
-//! the services and scenarios names tables without a schema and still cannot reach anyone else's.
-//! Releasing a run drops exactly that schema and deletes exactly those keys.
+//! Every run creates its own schema (with the tables of the schema scripts it is given, such as
+//! `schema.sql`) and uses only keys under its own prefix. Its pool sets `search_path` to that
+//! schema on every connection, so the SQL of the services and scenarios names tables without a
+//! schema and still cannot reach anyone else's. Releasing a run drops exactly that schema and
+//! deletes exactly those keys.
+//!
+//! Every run is on the [`Servers`]' list of live runs from before its schema exists until after
+//! it is dropped, so a run cut short (Ctrl-C, `q` in step mode) is still cleaned up by
+//! [`Servers::clean_abandoned_runs`].
 
 use std::time::Duration;
 
@@ -38,12 +43,9 @@ fn valid_run_id(run: &str) -> bool {
 }
 
 impl RunSpace {
-    /// Creates the schema, its tables (`schema_sql`, run with the schema as `search_path`) and
-    /// the connections of a new run.
-    pub async fn create(
-        servers: &Servers,
-        schema_sql: &'static str,
-    ) -> Result<RunSpace, InfraError> {
+    /// Creates the schema, its tables (the scripts of `schema_sql`, run in order with the schema
+    /// as `search_path`) and the connections of a new run.
+    pub async fn create(servers: &Servers, schema_sql: &[&str]) -> Result<RunSpace, InfraError> {
         let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
         let schema = format!("lab_{run_id}");
         let prefix = format!("lab:{run_id}:");
@@ -67,7 +69,10 @@ impl RunSpace {
                             .application_name(&schema),
                     )
                     .await?;
-                sqlx::raw_sql(schema_sql).execute(&pool).await?;
+                for script in schema_sql {
+                    // The lab's own schema files, not input from anyone.
+                    sqlx::raw_sql(AssertSqlSafe(*script)).execute(&pool).await?;
+                }
                 let url = format!("{}?options=-csearch_path%3D{schema}", server.url);
                 (Some(pool), Some(url))
             }

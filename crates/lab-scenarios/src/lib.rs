@@ -165,7 +165,7 @@ pub async fn run(
 ) -> Result<RunReport, ScenarioError> {
     let keep = config.keep;
     narrator.start(scenario.name);
-    let space = RunSpace::create(servers, SCHEMA_SQL).await?;
+    let space = RunSpace::create(servers, &[SCHEMA_SQL]).await?;
     // One-shot faults exist only in the embedded proxy; toxics work on either.
     let faults: Result<Option<Faults>, ScenarioError> =
         match (&config.toxiproxy_url, scenario.faults) {

@@ -29,7 +29,7 @@ impl Fixture {
         )
         .await
         .unwrap();
-        let space = RunSpace::create(&servers, SCHEMA_SQL).await.unwrap();
+        let space = RunSpace::create(&servers, &[SCHEMA_SQL]).await.unwrap();
         let checkpoints = Checkpoints::new();
         let service = ReportService::new(space.pg.clone().unwrap(), None, checkpoints.clone());
         let service = RunningService::start(service.router()).await.unwrap();

@@ -10,7 +10,7 @@ async fn lease_and_attempts_decide_who_may_complete() {
     let servers = Servers::start(&ServerOptions::default(), Needs::POSTGRES)
         .await
         .unwrap();
-    let space = RunSpace::create(&servers, SCHEMA_SQL).await.unwrap();
+    let space = RunSpace::create(&servers, &[SCHEMA_SQL]).await.unwrap();
     let pg = space.pg.clone().unwrap();
 
     tasks::create_task(&pg, 42).await.unwrap();

@@ -144,7 +144,7 @@ pub async fn serve(
         // Ctrl-C is how serve ends, whenever it comes.
         return Ok(exit::OK);
     };
-    let space = match RunSpace::create(&servers, SCHEMA_SQL).await {
+    let space = match RunSpace::create(&servers, &[SCHEMA_SQL]).await {
         Ok(space) => space,
         Err(e) => {
             servers.shutdown().await;
