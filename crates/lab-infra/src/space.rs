@@ -73,7 +73,7 @@ impl RunSpace {
                     // The lab's own schema files, not input from anyone.
                     sqlx::raw_sql(AssertSqlSafe(*script)).execute(&pool).await?;
                 }
-                let url = format!("{}?options=-csearch_path%3D{schema}", server.url);
+                let url = crate::url::with_search_path(&server.url, &schema)?;
                 (Some(pool), Some(url))
             }
             None => (None, None),
