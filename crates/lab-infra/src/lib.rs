@@ -4,13 +4,14 @@
 //! set up. So when no URL is given, the lab starts its own PostgreSQL (`initdb` in a temporary
 //! directory, a free loopback port, as the `postgres` user when running as root) and its own
 //! Redis (`redis-server` without persistence), once per `lab` call, and removes both at the end
-//! — on success, on failure, on panic (through `Drop`) and on Ctrl-C (the CLI cancels the run
-//! and drops [`Servers`]).
+//! — on success, on failure, on panic (through `Drop`), on Ctrl-C (the CLI cancels the run and
+//! shuts the servers down; a start cut short is dropped and leaves nothing either) and when
+//! `lab` itself is killed (the kernel kills its servers).
 //!
 //! Every scenario run then gets a [`RunSpace`]: a run id, its own schema `lab_<run>` holding the
-//! tables of the schema scripts (`schema.sql`), and its own Redis key prefix `lab:<run>:`. Nothing outside them is
-//! ever created, dropped or deleted, so runs can share a server with each other and with
-//! anyone else's data.
+//! tables of the schema scripts (`schema.sql`), and its own Redis key prefix `lab:<run>:`.
+//! Nothing outside them is ever created, dropped or deleted, so runs can share a server with
+//! each other and with anyone else's data.
 //!
 //! Nothing here blocks the runtime: programs are asked their versions through `tokio::process`,
 //! and servers are stopped by awaiting their exit. Only `Drop`, which cannot await, waits on its
