@@ -6,9 +6,15 @@
 //! on `PATH` the lab asks it (or looks in that directory). `LAB_PG_BINDIR` overrides the search.
 //! Everything is found through `PATH` or that variable: with the programs hidden from `PATH`, the
 //! lab says what is missing instead of reaching around it.
+//!
+//! Asking a program (`pg_config --bindir`, `postgres --version`) means running it, so those
+//! look-ups are async: they run on `lab doctor`'s and `Servers::start`'s paths, inside the
+//! runtime. Checking files on `PATH` is a few `stat(2)` calls and stays synchronous.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::Stdio;
+
+use tokio::process::Command;
 
 /// Where PostgreSQL's server programs are.
 #[derive(Debug, Clone)]
@@ -41,7 +47,7 @@ fn in_dir(dir: &Path) -> Option<PgBinaries> {
 }
 
 /// Finds `initdb` and `postgres`, or `None`.
-pub fn find_postgres() -> Option<PgBinaries> {
+pub async fn find_postgres() -> Option<PgBinaries> {
     if let Some(dir) = std::env::var_os("LAB_PG_BINDIR") {
         return in_dir(Path::new(&dir));
     }
@@ -49,9 +55,8 @@ pub fn find_postgres() -> Option<PgBinaries> {
         return Some(PgBinaries { initdb, postgres });
     }
     if let Some(pg_config) = on_path("pg_config")
-        && let Ok(out) = Command::new(pg_config).arg("--bindir").output()
-        && out.status.success()
-        && let Some(found) = in_dir(Path::new(String::from_utf8_lossy(&out.stdout).trim()))
+        && let Some(out) = output_of(&pg_config, "--bindir").await
+        && let Some(found) = in_dir(Path::new(out.trim()))
     {
         return Some(found);
     }
@@ -78,8 +83,24 @@ pub fn find_redis() -> Option<PathBuf> {
 }
 
 /// The first line a program prints for `--version`, for `lab doctor`.
-pub fn version_of(program: &Path) -> Option<String> {
-    let out = Command::new(program).arg("--version").output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines().next().map(|l| l.trim().to_string())
+pub async fn version_of(program: &Path) -> Option<String> {
+    let out = output_of(program, "--version").await?;
+    out.lines().next().map(|l| l.trim().to_string())
+}
+
+/// What `program arg` prints on stdout, if it succeeds.
+async fn output_of(program: &Path, arg: &str) -> Option<String> {
+    let out = Command::new(program)
+        .arg(arg)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        // A question answered in milliseconds, unlike a server: no process group or
+        // parent-death signal, but no orphan either if the caller gives up (Ctrl-C).
+        .kill_on_drop(true)
+        .output()
+        .await
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -4,22 +4,31 @@
 //! set up. So when no URL is given, the lab starts its own PostgreSQL (`initdb` in a temporary
 //! directory, a free loopback port, as the `postgres` user when running as root) and its own
 //! Redis (`redis-server` without persistence), once per `lab` call, and removes both at the end
-//! — on success, on failure, on panic (through `Drop`) and on Ctrl-C (the CLI cancels the run
-//! and drops [`Servers`]).
+//! — on success, on failure, on panic (through `Drop`), on Ctrl-C (the CLI cancels the run and
+//! shuts the servers down; a start cut short is dropped and leaves nothing either) and when
+//! `lab` itself is killed (the kernel kills its servers).
 //!
 //! Every scenario run then gets a [`RunSpace`]: a run id, its own schema `lab_<run>` holding the
-//! tables of `schema.sql`, and its own Redis key prefix `lab:<run>:`. Nothing outside them is
-//! ever created, dropped or deleted, so runs can share a server with each other and with
-//! anyone else's data.
+//! tables of the schema scripts (`schema.sql`), and its own Redis key prefix `lab:<run>:`.
+//! Nothing outside them is ever created, dropped or deleted, so runs can share a server with
+//! each other and with anyone else's data.
+//!
+//! Nothing here blocks the runtime: programs are asked their versions through `tokio::process`,
+//! and servers are stopped by awaiting their exit. Only `Drop`, which cannot await, waits on its
+//! thread, boundedly, for a killed server to be gone (see [`process`]).
 //!
 //! # Layout
 //!
-//! - [`binaries`]: finding `initdb`, `postgres` and `redis-server`.
-//! - [`process`]: a child server process that is stopped and reaped when dropped.
+//! - [`binaries`]: finding `initdb`, `postgres` and `redis-server`, and asking their versions.
+//! - [`process`]: a supervised server process: own process group, killed with `lab`, stopped
+//!   asynchronously (clean signal, grace period, SIGKILL), never outlived by its directory.
+//! - `spawner`: the one long-lived thread that forks every server, so that the parent-death
+//!   signal follows the `lab` process and not whichever runtime thread asked for the server.
 //! - [`postgres`] and [`redis_server`]: starting the throwaway servers.
 //! - [`servers`]: the servers of one `lab` call, given or throwaway.
 //! - [`space`]: the per-run schema and key prefix.
-//! - [`url`]: accepting the URL forms learners are told to export.
+//! - [`url`]: accepting the URL forms learners are told to export, redacting passwords, and
+//!   the per-run URL for psql.
 
 pub mod binaries;
 pub mod postgres;
@@ -27,6 +36,7 @@ pub mod process;
 pub mod redis_server;
 pub mod servers;
 pub mod space;
+mod spawner;
 pub mod url;
 
 pub use servers::{Needs, Origin, ServerOptions, Servers};

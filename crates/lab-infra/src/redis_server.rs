@@ -1,59 +1,46 @@
 //! A throwaway Redis: `redis-server` on a free loopback port, keeping nothing on disk.
+//!
+//! Its temporary directory holds only the log and is the server's working directory. Like
+//! PostgreSQL, it is a [`ServerProcess`]: own process group, killed with `lab`, stopped before
+//! the directory is removed.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tempfile::TempDir;
-
 use crate::InfraError;
-use crate::process::{ServerProcess, free_port, log_tail};
+use crate::process::{ServerProcess, Shutdown, ThrowawayServer, free_port, log_tail};
 
+/// How long a fresh Redis may take to answer PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts with a new port when the chosen one was taken in the meantime.
 const PORT_ATTEMPTS: usize = 3;
 
-/// A running throwaway Redis; the process stops before its directory is removed.
-#[derive(Debug)]
-pub struct ThrowawayRedis {
-    process: ServerProcess,
-    dir: TempDir,
-    pub port: u16,
-    pub url: String,
-}
-
-impl ThrowawayRedis {
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.process.pid()
-    }
-
-    pub fn stop(&mut self) {
-        self.process.stop();
-    }
-}
-
 /// Starts `redis-server` and waits until it answers PING.
-pub async fn start(program: &Path) -> Result<ThrowawayRedis, InfraError> {
+pub async fn start(program: &Path) -> Result<ThrowawayServer, InfraError> {
     let fail = |reason: String| InfraError::Start {
         server: "Redis",
         reason,
     };
-    let dir = tempfile::Builder::new()
-        .prefix("lab-redis-")
-        .tempdir()
-        .map_err(|e| fail(format!("cannot create a temporary directory: {e}")))?;
+    let dir = Arc::new(
+        tempfile::Builder::new()
+            .prefix("lab-redis-")
+            .tempdir()
+            .map_err(|e| fail(format!("cannot create a temporary directory: {e}")))?,
+    );
     let log_path = dir.path().join("redis.log");
     let mut last_error = String::new();
     for _ in 0..PORT_ATTEMPTS {
         let port = free_port().map_err(|e| fail(format!("no free port: {e}")))?;
+        let url = format!("redis://127.0.0.1:{port}");
+        let client = redis::Client::open(url.as_str())?;
         let mut command = Command::new(program);
         command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             // No RDB snapshots and no AOF: a lab run leaves nothing on disk.
             .args(["--save", "", "--appendonly", "no"])
+            // Redis changes into --dir at start: the directory is also its working directory.
             .arg("--dir")
             .arg(dir.path())
             .arg("--logfile")
@@ -61,14 +48,15 @@ pub async fn start(program: &Path) -> Result<ThrowawayRedis, InfraError> {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let mut process = ServerProcess::spawn("Redis", &mut command, libc::SIGTERM)
-            .map_err(|e| fail(format!("cannot run {}: {e}", program.display())))?;
-        let url = format!("redis://127.0.0.1:{port}");
-        let client = redis::Client::open(url.as_str())?;
+        let mut process =
+            ServerProcess::spawn("Redis", command, Shutdown::REDIS, Some(dir.clone()))
+                .await
+                .map_err(|e| fail(format!("cannot run {}: {e}", program.display())))?;
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if !process.is_running() {
-                last_error = log_tail(&log_path, 2);
+                process.stop().await;
+                last_error = log_tail(&log_path, 2).await;
                 break;
             }
             let ping = async {
@@ -76,15 +64,9 @@ pub async fn start(program: &Path) -> Result<ThrowawayRedis, InfraError> {
                 redis::cmd("PING").query_async::<String>(&mut conn).await
             };
             match ping.await {
-                Ok(_) => {
-                    return Ok(ThrowawayRedis {
-                        process,
-                        dir,
-                        port,
-                        url,
-                    });
-                }
+                Ok(_) => return Ok(ThrowawayServer::new(process, dir, port, url)),
                 Err(e) if Instant::now() > deadline => {
+                    process.stop().await;
                     return Err(fail(format!("not ready: {e}")));
                 }
                 // Polling a server that is starting up.

@@ -1,16 +1,22 @@
 //! The servers of one `lab` call: the ones the learner gave (`--database-url`, `--redis-url`) or
 //! throwaway ones started for this call and removed at its end.
+//!
+//! [`Servers::shutdown`] is the way out: it closes the connections and awaits the throwaway
+//! servers' clean shutdown and the removal of their directories. Dropping [`Servers`] instead
+//! (a panic, a cancelled start) still stops and removes everything, but blocks the dropping
+//! thread while it does (see [`crate::process`]).
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 
-use crate::postgres::ThrowawayPostgres;
-use crate::redis_server::ThrowawayRedis;
+use crate::binaries::PgBinaries;
+use crate::process::ThrowawayServer;
 use crate::{InfraError, binaries, postgres, redis_server, url};
 
 /// What the user asked for.
@@ -97,7 +103,16 @@ pub struct PgServer {
     pub version: String,
     /// A small pool without a schema of its own: creates and drops run schemas.
     pub admin: PgPool,
-    throwaway: Option<ThrowawayPostgres>,
+    throwaway: Option<ThrowawayServer>,
+}
+
+impl PgServer {
+    async fn shutdown(self) {
+        self.admin.close().await;
+        if let Some(server) = self.throwaway {
+            server.stop().await;
+        }
+    }
 }
 
 /// The Redis of this call.
@@ -108,7 +123,15 @@ pub struct RedisServer {
     pub client: redis::Client,
     /// One multiplexed connection, shared by every run (cheap to clone).
     pub conn: MultiplexedConnection,
-    throwaway: Option<ThrowawayRedis>,
+    throwaway: Option<ThrowawayServer>,
+}
+
+impl RedisServer {
+    async fn shutdown(self) {
+        if let Some(server) = self.throwaway {
+            server.stop().await;
+        }
+    }
 }
 
 /// The servers of one `lab` call.
@@ -126,55 +149,97 @@ pub struct Plan {
     pub redis: Result<String, String>,
 }
 
-impl Servers {
-    /// Names what is missing to satisfy `needs` without URLs, or `None` when all is there.
-    pub fn missing(options: &ServerOptions, needs: Needs) -> Option<String> {
-        let mut missing = Vec::new();
-        if needs.postgres && options.database_url.is_none() && binaries::find_postgres().is_none() {
-            missing.push("PostgreSQL server programs (initdb, postgres)");
-        }
-        if needs.redis && options.redis_url.is_none() && binaries::find_redis().is_none() {
-            missing.push("redis-server");
-        }
-        (!missing.is_empty()).then(|| missing.join(" and "))
-    }
+/// The throwaway server programs a call needs, found before anything is started.
+struct Programs {
+    postgres: Option<PgBinaries>,
+    redis: Option<std::path::PathBuf>,
+}
 
-    /// Describes what `start` would use, without starting anything.
-    pub fn plan(options: &ServerOptions) -> Plan {
-        let postgres = match &options.database_url {
-            Some(u) => Ok(format!("given: {}", url::redact(u))),
-            None => binaries::find_postgres()
-                .map(|b| {
-                    let version = binaries::version_of(&b.postgres).unwrap_or_default();
-                    format!("throwaway: {} ({version})", b.postgres.display())
-                })
-                .ok_or_else(|| "initdb/postgres not found".to_string()),
+impl Programs {
+    /// Finds the programs for what `needs` asks and no URL gives; names what is missing.
+    async fn find(options: &ServerOptions, needs: Needs) -> Result<Programs, InfraError> {
+        let mut missing = Vec::new();
+        let mut programs = Programs {
+            postgres: None,
+            redis: None,
         };
-        let redis = match &options.redis_url {
-            Some(u) => Ok(format!("given: {}", url::redact(u))),
-            None => binaries::find_redis()
-                .map(|p| {
-                    let version = binaries::version_of(&p).unwrap_or_default();
-                    format!("throwaway: {} ({version})", p.display())
-                })
-                .ok_or_else(|| "redis-server not found".to_string()),
+        if needs.postgres && options.database_url.is_none() {
+            programs.postgres = binaries::find_postgres().await;
+            if programs.postgres.is_none() {
+                missing.push("PostgreSQL server programs (initdb, postgres)");
+            }
+        }
+        if needs.redis && options.redis_url.is_none() {
+            programs.redis = binaries::find_redis();
+            if programs.redis.is_none() {
+                missing.push("redis-server");
+            }
+        }
+        if missing.is_empty() {
+            Ok(programs)
+        } else {
+            Err(InfraError::Missing {
+                missing: missing.join(" and "),
+            })
+        }
+    }
+}
+
+impl Servers {
+    /// Describes what `start` would use, without starting anything (the programs are asked for
+    /// their versions).
+    pub async fn plan(options: &ServerOptions) -> Plan {
+        let postgres = async {
+            match &options.database_url {
+                Some(u) => Ok(format!("given: {}", url::redact(u))),
+                None => match binaries::find_postgres().await {
+                    Some(b) => {
+                        let version = binaries::version_of(&b.postgres).await.unwrap_or_default();
+                        Ok(format!("throwaway: {} ({version})", b.postgres.display()))
+                    }
+                    None => Err("initdb/postgres not found".to_string()),
+                },
+            }
         };
+        let redis = async {
+            match &options.redis_url {
+                Some(u) => Ok(format!("given: {}", url::redact(u))),
+                None => match binaries::find_redis() {
+                    Some(p) => {
+                        let version = binaries::version_of(&p).await.unwrap_or_default();
+                        Ok(format!("throwaway: {} ({version})", p.display()))
+                    }
+                    None => Err("redis-server not found".to_string()),
+                },
+            }
+        };
+        let (postgres, redis) = tokio::join!(postgres, redis);
         Plan { postgres, redis }
     }
 
     /// Connects to the given servers and starts throwaway ones for the rest of `needs`.
+    ///
+    /// Cancel-safe: a future dropped halfway (Ctrl-C while `initdb` runs) leaves no process and
+    /// no temporary directory behind.
     pub async fn start(options: &ServerOptions, needs: Needs) -> Result<Servers, InfraError> {
         options.validate()?;
-        if let Some(missing) = Servers::missing(options, needs) {
-            return Err(InfraError::Missing { missing });
-        }
+        let programs = Programs::find(options, needs).await?;
         let postgres = if needs.postgres {
-            Some(start_postgres(options.database_url.as_deref()).await?)
+            Some(start_postgres(options.database_url.as_deref(), programs.postgres).await?)
         } else {
             None
         };
         let redis = if needs.redis {
-            Some(start_redis(options.redis_url.as_deref()).await?)
+            match start_redis(options.redis_url.as_deref(), programs.redis).await {
+                Ok(redis) => Some(redis),
+                Err(e) => {
+                    // Stopped here rather than dropped: awaited, not blocking.
+                    if let Some(postgres) = postgres {
+                        postgres.shutdown().await;
+                    }
+                    return Err(e);
+                }
+            }
         } else {
             None
         };
@@ -185,7 +250,7 @@ impl Servers {
         })
     }
 
-    /// Directories and pids of the throwaway servers (tests check they are gone afterwards).
+    /// The pids of the throwaway servers (tests check they are gone afterwards).
     pub fn throwaway_pids(&self) -> Vec<u32> {
         let pg = self
             .postgres
@@ -203,7 +268,7 @@ impl Servers {
     /// Drops the schema and keys of every run that was not released (the run was cancelled by
     /// Ctrl-C or a quit in step mode). Only `lab_<run>` schemas and `lab:<run>:` keys.
     pub async fn clean_abandoned_runs(&self) {
-        let runs: Vec<String> = std::mem::take(&mut *self.live_runs.lock().unwrap())
+        let runs: Vec<String> = std::mem::take(&mut *self.live_runs.lock())
             .into_iter()
             .collect();
         for run in runs {
@@ -211,41 +276,67 @@ impl Servers {
         }
     }
 
-    /// Closes connections and stops throwaway servers (dropping does the same, without waiting
-    /// for pools to close).
-    pub async fn shutdown(mut self) {
-        if let Some(pg) = &mut self.postgres {
-            pg.admin.close().await;
-            if let Some(t) = &mut pg.throwaway {
-                t.stop();
+    /// Closes connections, stops the throwaway servers (both at once) and awaits their exit
+    /// and the removal of their directories. Dropping does the same, without waiting for pools
+    /// to close and blocking the dropping thread meanwhile.
+    pub async fn shutdown(self) {
+        let Servers {
+            postgres, redis, ..
+        } = self;
+        let postgres = async {
+            if let Some(postgres) = postgres {
+                postgres.shutdown().await;
             }
-        }
-        if let Some(r) = &mut self.redis
-            && let Some(t) = &mut r.throwaway
-        {
-            t.stop();
-        }
+        };
+        let redis = async {
+            if let Some(redis) = redis {
+                redis.shutdown().await;
+            }
+        };
+        tokio::join!(postgres, redis);
     }
 }
 
-async fn start_postgres(given: Option<&str>) -> Result<PgServer, InfraError> {
+async fn start_postgres(
+    given: Option<&str>,
+    bins: Option<PgBinaries>,
+) -> Result<PgServer, InfraError> {
     let (url, origin, throwaway) = match given {
         Some(u) => (url::normalize_postgres(u)?, Origin::Given, None),
         None => {
-            let bins = binaries::find_postgres().ok_or_else(|| InfraError::Missing {
+            let bins = bins.ok_or_else(|| InfraError::Missing {
                 missing: "PostgreSQL server programs (initdb, postgres)".into(),
             })?;
             let server = postgres::start(&bins).await?;
             (server.url.clone(), Origin::Throwaway, Some(server))
         }
     };
+    match connect_postgres(&url).await {
+        Ok((version, admin)) => Ok(PgServer {
+            url,
+            origin,
+            version,
+            admin,
+            throwaway,
+        }),
+        Err(e) => {
+            if let Some(server) = throwaway {
+                server.stop().await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Asks a PostgreSQL its version and opens the admin pool.
+async fn connect_postgres(url: &str) -> Result<(String, PgPool), InfraError> {
     let unreachable = |e: sqlx::Error| InfraError::Unreachable {
         server: "PostgreSQL",
-        url: url::redact(&url),
+        url: url::redact(url),
         reason: e.to_string(),
     };
     // A single connection first: a pool would hide "connection refused" behind a pool timeout.
-    let mut probe = sqlx::PgConnection::connect(&url)
+    let mut probe = sqlx::PgConnection::connect(url)
         .await
         .map_err(unreachable)?;
     let version: String = sqlx::query_scalar("SHOW server_version")
@@ -255,35 +346,54 @@ async fn start_postgres(given: Option<&str>) -> Result<PgServer, InfraError> {
     let admin = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(10))
-        .connect(&url)
+        .connect(url)
         .await
         .map_err(unreachable)?;
-    Ok(PgServer {
-        url,
-        origin,
-        version,
-        admin,
-        throwaway,
-    })
+    Ok((version, admin))
 }
 
-async fn start_redis(given: Option<&str>) -> Result<RedisServer, InfraError> {
+async fn start_redis(
+    given: Option<&str>,
+    program: Option<std::path::PathBuf>,
+) -> Result<RedisServer, InfraError> {
     let (url, origin, throwaway) = match given {
         Some(u) => (url::check_redis(u)?, Origin::Given, None),
         None => {
-            let program = binaries::find_redis().ok_or_else(|| InfraError::Missing {
+            let program = program.ok_or_else(|| InfraError::Missing {
                 missing: "redis-server".into(),
             })?;
             let server = redis_server::start(&program).await?;
             (server.url.clone(), Origin::Throwaway, Some(server))
         }
     };
+    match connect_redis(&url).await {
+        Ok((version, client, conn)) => Ok(RedisServer {
+            url,
+            origin,
+            version,
+            client,
+            conn,
+            throwaway,
+        }),
+        Err(e) => {
+            if let Some(server) = throwaway {
+                server.stop().await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Opens the shared connection to a Redis and asks its version.
+async fn connect_redis(
+    url: &str,
+) -> Result<(String, redis::Client, MultiplexedConnection), InfraError> {
     let unreachable = |e: redis::RedisError| InfraError::Unreachable {
         server: "Redis",
-        url: url::redact(&url),
+        url: url::redact(url),
         reason: e.to_string(),
     };
-    let client = redis::Client::open(url.as_str()).map_err(unreachable)?;
+    let client = redis::Client::open(url).map_err(unreachable)?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(3)))
         .set_response_timeout(Some(Duration::from_secs(5)));
@@ -302,12 +412,5 @@ async fn start_redis(given: Option<&str>) -> Result<RedisServer, InfraError> {
         .unwrap_or("?")
         .trim()
         .to_string();
-    Ok(RedisServer {
-        url,
-        origin,
-        version,
-        client,
-        conn,
-        throwaway,
-    })
+    Ok((version, client, conn))
 }

@@ -1,9 +1,14 @@
 //! The space of one scenario run: schema `lab_<run>` and key prefix `lab:<run>:`.
 //!
-//! Every run creates its own schema (with the tables of `schema.sql`) and uses only keys under
-//! its own prefix. Its pool sets `search_path` to that schema on every connection, so the SQL of
-//! the services and scenarios names tables without a schema and still cannot reach anyone else's.
-//! Releasing a run drops exactly that schema and deletes exactly those keys.
+//! Every run creates its own schema (with the tables of the schema scripts it is given, such as
+//! `schema.sql`) and uses only keys under its own prefix. Its pool sets `search_path` to that
+//! schema on every connection, so the SQL of the services and scenarios names tables without a
+//! schema and still cannot reach anyone else's. Releasing a run drops exactly that schema and
+//! deletes exactly those keys.
+//!
+//! Every run is on the [`Servers`]' list of live runs from before its schema exists until after
+//! it is dropped, so a run cut short (Ctrl-C, `q` in step mode) is still cleaned up by
+//! [`Servers::clean_abandoned_runs`].
 
 use std::time::Duration;
 
@@ -38,13 +43,13 @@ fn valid_run_id(run: &str) -> bool {
 }
 
 impl RunSpace {
-    /// Creates the schema, its tables (`tables`: SQL scripts, run in order with the schema as `search_path`) and
-    /// the connections of a new run.
-    pub async fn create(servers: &Servers, tables: &[&str]) -> Result<RunSpace, InfraError> {
+    /// Creates the schema, its tables (the scripts of `schema_sql`, run in order with the schema
+    /// as `search_path`) and the connections of a new run.
+    pub async fn create(servers: &Servers, schema_sql: &[&str]) -> Result<RunSpace, InfraError> {
         let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
         let schema = format!("lab_{run_id}");
         let prefix = format!("lab:{run_id}:");
-        servers.live_runs.lock().unwrap().insert(run_id.clone());
+        servers.live_runs.lock().insert(run_id.clone());
 
         let (pg, pg_url) = match &servers.postgres {
             Some(server) => {
@@ -64,10 +69,11 @@ impl RunSpace {
                             .application_name(&schema),
                     )
                     .await?;
-                for sql in tables {
-                    sqlx::raw_sql(AssertSqlSafe(*sql)).execute(&pool).await?;
+                for script in schema_sql {
+                    // The lab's own schema files, not input from anyone.
+                    sqlx::raw_sql(AssertSqlSafe(*script)).execute(&pool).await?;
                 }
-                let url = format!("{}?options=-csearch_path%3D{schema}", server.url);
+                let url = crate::url::with_search_path(&server.url, &schema)?;
                 (Some(pool), Some(url))
             }
             None => (None, None),
@@ -99,13 +105,13 @@ impl RunSpace {
             pool.close().await;
         }
         if keep {
-            servers.live_runs.lock().unwrap().remove(&self.run_id);
+            servers.live_runs.lock().remove(&self.run_id);
             return Ok(());
         }
         // The run stays on the list of live runs until its schema is really gone: if this is
         // cancelled halfway (Ctrl-C, `q`), `clean_abandoned_runs` still knows what to drop.
         drop_run(servers, &self.run_id).await?;
-        servers.live_runs.lock().unwrap().remove(&self.run_id);
+        servers.live_runs.lock().remove(&self.run_id);
         Ok(())
     }
 }

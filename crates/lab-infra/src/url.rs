@@ -1,59 +1,143 @@
-//! Server URLs as learners have them.
+//! Server URLs as learners have them, parsed with the `url` crate.
 //!
 //! The PostgreSQL lesson tells learners to export the SQLAlchemy form
 //! `postgresql+psycopg://user:pass@host/db`; the lab accepts it (the `+driver` part names a
-//! Python driver and means nothing to us) as well as `postgres://` and `postgresql://`.
+//! Python driver and means nothing to us) as well as `postgres://` and `postgresql://`, with
+//! whatever query the URL carries (`?sslmode=disable`, `?options=...`).
+//!
+//! Two readers see these URLs, and they decode queries differently: sqlx (form decoding, where
+//! `+` is a space) and libpq, i.e. `psql` (percent-decoding only, where `+` stays `+`). So
+//! whatever the lab writes into a query is percent-encoded, spaces as `%20`, which both read the
+//! same way; and the pairs already there are left exactly as they were written.
+
+use url::Url;
+use url::form_urlencoded::{byte_serialize, parse};
 
 use crate::InfraError;
 
-/// Turns any accepted PostgreSQL URL into one sqlx understands.
-pub fn normalize_postgres(url: &str) -> Result<String, InfraError> {
-    let bad = |reason: &str| InfraError::BadUrl {
+const POSTGRES_FORM: &str = "expected postgresql://user@host:port/database";
+
+/// Turns any accepted PostgreSQL URL into one sqlx (and psql) understands: the same URL with
+/// the scheme `postgresql`.
+pub fn normalize_postgres(given: &str) -> Result<String, InfraError> {
+    let bad = |reason: String| InfraError::BadUrl {
         server: "PostgreSQL",
-        url: redact(url),
-        reason: reason.to_string(),
+        url: redact(given),
+        reason,
     };
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| bad("expected postgresql://user@host:port/database"))?;
-    let base = scheme.split('+').next().unwrap_or_default();
-    match base {
-        "postgres" | "postgresql" => Ok(format!("postgresql://{rest}")),
-        _ => Err(bad(
-            "the scheme must be postgresql:// (or postgresql+driver://)",
-        )),
+    let mut url = Url::parse(given).map_err(|e| bad(format!("{POSTGRES_FORM} ({e})")))?;
+    let base = url.scheme().split('+').next().unwrap_or_default();
+    if base != "postgres" && base != "postgresql" {
+        return Err(bad(
+            "the scheme must be postgresql:// (or postgresql+driver://)".to_string(),
+        ));
     }
+    // `postgresql:db` parses as a URL, but names no server.
+    if !url.has_authority() {
+        return Err(bad(POSTGRES_FORM.to_string()));
+    }
+    // Both schemes are "non-special" to the URL standard, so this cannot fail.
+    url.set_scheme("postgresql")
+        .map_err(|()| bad(POSTGRES_FORM.to_string()))?;
+    Ok(url.into())
 }
 
-/// Checks a Redis URL's scheme.
-pub fn check_redis(url: &str) -> Result<String, InfraError> {
-    if url.starts_with("redis://") || url.starts_with("unix://") || url.starts_with("redis+unix://")
-    {
-        Ok(url.to_string())
-    } else {
-        Err(InfraError::BadUrl {
+/// Checks a Redis URL: `redis://`, or a socket (`unix://`, `redis+unix://`).
+pub fn check_redis(given: &str) -> Result<String, InfraError> {
+    match Url::parse(given) {
+        Ok(url) if matches!(url.scheme(), "redis" | "unix" | "redis+unix") => Ok(url.into()),
+        _ => Err(InfraError::BadUrl {
             server: "Redis",
-            url: redact(url),
+            url: redact(given),
             reason: "expected redis://host:port".to_string(),
-        })
+        }),
     }
 }
 
-/// Hides a password in a URL before it is printed.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+/// The PostgreSQL URL `server_url` with `schema` as `search_path`, for psql: libpq's `options`
+/// query parameter, `-csearch_path=<schema>`, added to the query the URL has (to the `options`
+/// it has, if any, which libpq would otherwise replace).
+pub fn with_search_path(server_url: &str, schema: &str) -> Result<String, InfraError> {
+    let mut url = Url::parse(server_url).map_err(|e| InfraError::BadUrl {
+        server: "PostgreSQL",
+        url: redact(server_url),
+        reason: e.to_string(),
+    })?;
+    let setting = format!("-csearch_path={schema}");
+    let mut added = false;
+    let mut pairs: Vec<String> = url
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match parse(pair.as_bytes()).next() {
+            Some((key, value)) if key == "options" && !added => {
+                added = true;
+                format!("options={}", encode(&format!("{value} {setting}")))
+            }
+            _ => pair.to_string(),
+        })
+        .collect();
+    if !added {
+        pairs.push(format!("options={}", encode(&setting)));
+    }
+    url.set_query(Some(&pairs.join("&")));
+    Ok(url.into())
+}
+
+/// Percent-encodes a query value so that sqlx and libpq decode it alike (see the module doc).
+fn encode(value: &str) -> String {
+    // byte_serialize writes a space as `+` and a real `+` as `%2B`: every `+` is a space.
+    byte_serialize(value.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+/// Hides the password in a URL (in its user info or a `password` query parameter, which sqlx
+/// and libpq also take) before it is printed.
+pub fn redact(given: &str) -> String {
+    let Ok(mut url) = Url::parse(given) else {
+        return redact_unparsed(given);
     };
-    let (authority, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
+    let mut changed = false;
+    if url.password().is_some() {
+        changed = url.set_password(Some("***")).is_ok();
+    }
+    if url.query_pairs().any(|(key, _)| key == "password") {
+        let query = url
+            .query()
+            .unwrap_or_default()
+            .split('&')
+            .map(|pair| match parse(pair.as_bytes()).next() {
+                Some((key, _)) if key == "password" => "password=***".to_string(),
+                _ => pair.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        url.set_query(Some(&query));
+        changed = true;
+    }
+    // A URL without secrets is shown as it was given, not as the parser rewrites it.
+    if changed {
+        url.into()
+    } else {
+        given.to_string()
+    }
+}
+
+/// [`redact`] for text that is not a URL at all: whatever sits between `://` and the last `@`
+/// before the path may be credentials, so the part after a `:` there is hidden.
+fn redact_unparsed(given: &str) -> String {
+    let Some((scheme, rest)) = given.split_once("://") else {
+        return given.to_string();
     };
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
             Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
+            None => given.to_string(),
         },
-        None => url.to_string(),
+        None => given.to_string(),
     }
 }
 
@@ -71,14 +155,99 @@ mod tests {
             normalize_postgres("postgres://localhost/test").unwrap(),
             "postgresql://localhost/test"
         );
+        assert_eq!(
+            normalize_postgres("postgresql://postgres@127.0.0.1:5432/test").unwrap(),
+            "postgresql://postgres@127.0.0.1:5432/test"
+        );
+    }
+
+    #[test]
+    fn keeps_the_query() {
+        assert_eq!(
+            normalize_postgres("postgresql+psycopg://u@h:5432/db?sslmode=disable").unwrap(),
+            "postgresql://u@h:5432/db?sslmode=disable"
+        );
+        assert_eq!(
+            normalize_postgres("postgres://u@h/db?sslmode=require&application_name=x").unwrap(),
+            "postgresql://u@h/db?sslmode=require&application_name=x"
+        );
     }
 
     #[test]
     fn rejects_other_schemes() {
         assert!(normalize_postgres("mysql://localhost/test").is_err());
         assert!(normalize_postgres("localhost:5432").is_err());
+        assert!(normalize_postgres("postgresql:test").is_err());
+        assert!(normalize_postgres("").is_err());
         assert!(check_redis("http://localhost:6379").is_err());
-        assert!(check_redis("redis://127.0.0.1:6379").is_ok());
+        assert!(check_redis("localhost:6379").is_err());
+        assert_eq!(
+            check_redis("redis://127.0.0.1:6379").unwrap(),
+            "redis://127.0.0.1:6379"
+        );
+        assert!(check_redis("unix:///run/redis.sock").is_ok());
+    }
+
+    #[test]
+    fn an_error_does_not_show_the_password() {
+        let err = normalize_postgres("mysql://u:secret@h/db").unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
+        let err = check_redis("http://u:secret@h:6379").unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn adds_the_search_path_as_a_query_pair() {
+        assert_eq!(
+            with_search_path(
+                "postgresql://postgres@127.0.0.1:5432/postgres",
+                "lab_0a1b2c3d"
+            )
+            .unwrap(),
+            "postgresql://postgres@127.0.0.1:5432/postgres?options=-csearch_path%3Dlab_0a1b2c3d"
+        );
+    }
+
+    #[test]
+    fn adds_the_search_path_to_an_existing_query() {
+        assert_eq!(
+            with_search_path("postgresql://u@h:5432/db?sslmode=disable", "lab_0a1b2c3d").unwrap(),
+            "postgresql://u@h:5432/db?sslmode=disable&options=-csearch_path%3Dlab_0a1b2c3d"
+        );
+        // Pairs already there keep their spelling, `+` included.
+        assert_eq!(
+            with_search_path(
+                "postgresql://u@h/db?application_name=a+b&sslmode=require",
+                "s"
+            )
+            .unwrap(),
+            "postgresql://u@h/db?application_name=a+b&sslmode=require&options=-csearch_path%3Ds"
+        );
+    }
+
+    #[test]
+    fn merges_the_search_path_into_existing_options() {
+        let url = with_search_path(
+            "postgresql://u@h/db?options=-cstatement_timeout%3D5s&sslmode=disable",
+            "lab_0a1b2c3d",
+        )
+        .unwrap();
+        assert_eq!(
+            url,
+            "postgresql://u@h/db?options=-cstatement_timeout%3D5s%20-csearch_path%3Dlab_0a1b2c3d\
+             &sslmode=disable"
+        );
+        // What sqlx reads back: one `options` value with both settings.
+        let parsed = Url::parse(&url).unwrap();
+        let options: Vec<_> = parsed
+            .query_pairs()
+            .filter(|(k, _)| k == "options")
+            .map(|(_, v)| v.into_owned())
+            .collect();
+        assert_eq!(
+            options,
+            ["-cstatement_timeout=5s -csearch_path=lab_0a1b2c3d"]
+        );
     }
 
     #[test]
@@ -87,6 +256,35 @@ mod tests {
             redact("postgresql://u:secret@h:5432/db"),
             "postgresql://u:***@h:5432/db"
         );
+        assert_eq!(
+            redact("postgresql+psycopg://lab:s3cr%40t@db.example:5432/lab?sslmode=disable"),
+            "postgresql+psycopg://lab:***@db.example:5432/lab?sslmode=disable"
+        );
+        assert_eq!(
+            redact("redis://:secret@127.0.0.1:6379/0"),
+            "redis://:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact("postgresql://u@h/db?password=secret&sslmode=disable"),
+            "postgresql://u@h/db?password=***&sslmode=disable"
+        );
+    }
+
+    #[test]
+    fn leaves_urls_without_passwords_as_given() {
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact("postgresql://u@h:5432/db?sslmode=disable"),
+            "postgresql://u@h:5432/db?sslmode=disable"
+        );
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn redacts_what_does_not_parse() {
+        assert_eq!(
+            redact("postgresql://u:secret@h:port/db"),
+            "postgresql://u:***@h:port/db"
+        );
     }
 }

@@ -45,7 +45,7 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
     let Plan {
         mut postgres,
         mut redis,
-    } = Servers::plan(&options);
+    } = Servers::plan(&options).await;
     if options.database_url.is_some() {
         let only = Needs {
             postgres: true,
