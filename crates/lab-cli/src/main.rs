@@ -55,8 +55,6 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::ENVIRONMENT);
         }
     };
-    // The servers are started from this thread (inside block_on), which lives as long as the
-    // process: their parent-death signal is tied to it.
     let code = runtime.block_on(commands::dispatch(cli));
     runtime.shutdown_timeout(Duration::from_millis(200));
     ExitCode::from(code)

@@ -300,7 +300,10 @@ impl Session {
             .await;
         spinner.finish_and_clear();
         match started {
-            Guarded::Finished(Ok(servers)) => Ok(Ok(servers)),
+            Guarded::Finished(Ok(servers)) => {
+                report_leftovers(&servers.leftovers);
+                Ok(Ok(servers))
+            }
             // A URL that is not a URL is a usage error, not an unreachable server.
             Guarded::Finished(Err(e @ lab_infra::InfraError::BadUrl { .. })) => Err(Failure {
                 code: exit::USAGE,
@@ -386,6 +389,16 @@ impl Session {
             servers.clean_abandoned_runs().await;
         }
         servers.shutdown().await;
+    }
+}
+
+/// Says what a killed `lab` had left behind and this one removed.
+pub fn report_leftovers(removed: &[std::path::PathBuf]) {
+    for dir in removed {
+        eprintln!(
+            "lab: removed {}, left behind by a lab that was killed",
+            dir.display()
+        );
     }
 }
 

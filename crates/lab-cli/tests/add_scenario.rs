@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -59,6 +60,9 @@ options = ["1", "2"]
 struct Copy {
     root: PathBuf,
     target: PathBuf,
+    /// Every file as copied, to tell afterwards what the steps changed (the checkout itself may
+    /// be edited while the test runs).
+    original: BTreeMap<PathBuf, Vec<u8>>,
 }
 
 impl Copy {
@@ -74,9 +78,17 @@ impl Copy {
         for dir in ["crates", "scenarios", "docs"] {
             copy_tree(&repo().join(dir), &root.join(dir));
         }
+        let original = files(&root)
+            .into_iter()
+            .map(|rel| {
+                let bytes = std::fs::read(root.join(&rel)).unwrap();
+                (rel, bytes)
+            })
+            .collect();
         Copy {
             root,
             target: scratch.join("target"),
+            original,
         }
     }
 
@@ -145,7 +157,7 @@ fn the_documented_steps_add_a_scenario() {
     assert!(stdout(&list).contains("hello "), "{}", stdout(&list));
 
     // Nothing outside its module and its folder changed.
-    let changed = changed_files(&repo(), &copy.root);
+    let changed = copy.changed_files();
     assert_eq!(
         changed,
         [
@@ -159,8 +171,8 @@ fn the_documented_steps_add_a_scenario() {
     );
 }
 
-/// Files that differ between two trees (added or changed), relative and sorted.
-fn changed_files(original: &Path, copy: &Path) -> Vec<String> {
+/// Every file under `dir`, relative to it.
+fn files(dir: &Path) -> Vec<PathBuf> {
     fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();
@@ -171,13 +183,22 @@ fn changed_files(original: &Path, copy: &Path) -> Vec<String> {
             }
         }
     }
-    let mut files = Vec::new();
-    walk(copy, copy, &mut files);
-    let mut changed: Vec<String> = files
-        .into_iter()
-        .filter(|rel| std::fs::read(original.join(rel)).ok() != std::fs::read(copy.join(rel)).ok())
-        .map(|rel| rel.display().to_string())
-        .collect();
-    changed.sort();
-    changed
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+impl Copy {
+    /// Files added or changed since the copy was made, relative and sorted.
+    fn changed_files(&self) -> Vec<String> {
+        let mut changed: Vec<String> = files(&self.root)
+            .into_iter()
+            .filter(|rel| {
+                self.original.get(rel) != std::fs::read(self.root.join(rel)).ok().as_ref()
+            })
+            .map(|rel| rel.display().to_string())
+            .collect();
+        changed.sort();
+        changed
+    }
 }

@@ -25,12 +25,15 @@
 //! - `spawner`: the one long-lived thread that forks every server, so that the parent-death
 //!   signal follows the `lab` process and not whichever runtime thread asked for the server.
 //! - [`postgres`] and [`redis_server`]: starting the throwaway servers.
+//! - [`leftovers`]: each throwaway directory names its owner; the next `lab` removes those a
+//!   killed one left behind.
 //! - [`servers`]: the servers of one `lab` call, given or throwaway.
 //! - [`space`]: the per-run schema and key prefix.
 //! - [`url`]: accepting the URL forms learners are told to export, redacting passwords, and
 //!   the per-run URL for psql.
 
 pub mod binaries;
+pub mod leftovers;
 pub mod postgres;
 pub mod process;
 pub mod redis_server;
@@ -62,14 +65,42 @@ pub enum InfraError {
         url: String,
         reason: String,
     },
+    /// The server answered, and refused: a login that failed, a database that does not exist.
+    #[error("{server} at {url} refused the connection: {reason}")]
+    Refused {
+        server: &'static str,
+        url: String,
+        reason: String,
+    },
     #[error("invalid {server} URL `{url}`: {reason}")]
     BadUrl {
         server: &'static str,
         url: String,
         reason: String,
     },
-    #[error("PostgreSQL error: {0}")]
-    Sql(#[from] sqlx::Error),
+    #[error("PostgreSQL error: {}", pg_message(.0))]
+    Sql(sqlx::Error),
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
+}
+
+/// A PostgreSQL error for people: the server's own message (and its SQLSTATE), without sqlx's
+/// wrapping or the PostgreSQL source line it appends.
+pub fn pg_message(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => format!("{} (SQLSTATE {code})", db.message()),
+            None => db.message().to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+// By hand rather than `#[from]`: the message above already says what sqlx's error says, so it is
+// not also exposed as the source (an error chain printed in full would repeat it, with the
+// PostgreSQL source line sqlx appends).
+impl From<sqlx::Error> for InfraError {
+    fn from(e: sqlx::Error) -> InfraError {
+        InfraError::Sql(e)
+    }
 }

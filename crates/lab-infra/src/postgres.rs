@@ -83,6 +83,10 @@ pub async fn start(bins: &PgBinaries) -> Result<ThrowawayServer, InfraError> {
             .tempdir()
             .map_err(|e| fail(format!("cannot create a temporary directory: {e}")))?,
     );
+    // Names this lab as the owner, so the next one can tell the directory was abandoned if this
+    // one is killed with SIGKILL.
+    crate::leftovers::claim(dir.path())
+        .map_err(|e| fail(format!("cannot write to {}: {e}", dir.path().display())))?;
     hand_over(dir.path(), user).map_err(|e| {
         fail(format!(
             "cannot hand {} to postgres: {e}",

@@ -29,6 +29,10 @@ pub async fn start(program: &Path) -> Result<ThrowawayServer, InfraError> {
             .tempdir()
             .map_err(|e| fail(format!("cannot create a temporary directory: {e}")))?,
     );
+    // Names this lab as the owner, so the next one can tell the directory was abandoned if this
+    // one is killed with SIGKILL.
+    crate::leftovers::claim(dir.path())
+        .map_err(|e| fail(format!("cannot write to {}: {e}", dir.path().display())))?;
     let log_path = dir.path().join("redis.log");
     let mut last_error = String::new();
     for _ in 0..PORT_ATTEMPTS {

@@ -140,6 +140,8 @@ pub struct Servers {
     pub redis: Option<RedisServer>,
     /// Runs whose schema and keys exist and are not yet released: what a Ctrl-C must clean.
     pub(crate) live_runs: Arc<Mutex<BTreeSet<String>>>,
+    /// Temporary directories a killed `lab` had left, removed when these servers started.
+    pub leftovers: Vec<std::path::PathBuf>,
 }
 
 /// What would be used, for `lab doctor`.
@@ -223,6 +225,8 @@ impl Servers {
     /// no temporary directory behind.
     pub async fn start(options: &ServerOptions, needs: Needs) -> Result<Servers, InfraError> {
         options.validate()?;
+        // What a `lab` killed with SIGKILL left behind goes before this one adds its own.
+        let leftovers = crate::leftovers::sweep_async().await;
         let programs = Programs::find(options, needs).await?;
         let postgres = if needs.postgres {
             Some(start_postgres(options.database_url.as_deref(), programs.postgres).await?)
@@ -247,6 +251,7 @@ impl Servers {
             postgres,
             redis,
             live_runs: Arc::default(),
+            leftovers,
         })
     }
 
@@ -328,13 +333,49 @@ async fn start_postgres(
     }
 }
 
+/// What went wrong connecting to PostgreSQL, said for people: unreachable (nothing answered, or
+/// the connection broke), or refused (it answered: the login failed, the database is missing).
+/// The server's own message is used, without sqlx's wrapping or PostgreSQL's source line.
+fn pg_connect_error(url: &str, e: sqlx::Error) -> InfraError {
+    let url = url::redact(url);
+    match &e {
+        sqlx::Error::Database(db) => {
+            let reason = match db.code().as_deref() {
+                // invalid_password, invalid_authorization_specification (no such role, or no
+                // pg_hba.conf line lets it in)
+                Some("28P01") | Some("28000") => format!(
+                    "authentication failed: {}; check the user and password in the URL",
+                    db.message()
+                ),
+                // invalid_catalog_name
+                Some("3D000") => format!(
+                    "{}; create it (createdb NAME) or name an existing database in the URL",
+                    db.message()
+                ),
+                _ => db.message().to_string(),
+            };
+            InfraError::Refused {
+                server: "PostgreSQL",
+                url,
+                reason,
+            }
+        }
+        sqlx::Error::Io(io) => InfraError::Unreachable {
+            server: "PostgreSQL",
+            url,
+            reason: io.to_string(),
+        },
+        _ => InfraError::Unreachable {
+            server: "PostgreSQL",
+            url,
+            reason: e.to_string(),
+        },
+    }
+}
+
 /// Asks a PostgreSQL its version and opens the admin pool.
 async fn connect_postgres(url: &str) -> Result<(String, PgPool), InfraError> {
-    let unreachable = |e: sqlx::Error| InfraError::Unreachable {
-        server: "PostgreSQL",
-        url: url::redact(url),
-        reason: e.to_string(),
-    };
+    let unreachable = |e: sqlx::Error| pg_connect_error(url, e);
     // A single connection first: a pool would hide "connection refused" behind a pool timeout.
     let mut probe = sqlx::PgConnection::connect(url)
         .await

@@ -11,8 +11,8 @@ pub enum ScenarioError {
     Quit(#[from] Quit),
     #[error(transparent)]
     Infra(#[from] InfraError),
-    #[error("PostgreSQL error: {0}")]
-    Sql(#[from] sqlx::Error),
+    #[error("PostgreSQL error: {}", lab_infra::pg_message(.0))]
+    Sql(sqlx::Error),
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
     #[error("HTTP client error: {0}")]
@@ -36,3 +36,12 @@ pub enum ScenarioError {
 
 /// What a scenario function returns.
 pub type ScenarioResult = Result<(), ScenarioError>;
+
+// By hand rather than `#[from]`: the message above already says what sqlx's error says, so it is
+// not also exposed as the source (an error chain printed in full would repeat it, with the
+// PostgreSQL source line sqlx appends).
+impl From<sqlx::Error> for ScenarioError {
+    fn from(e: sqlx::Error) -> ScenarioError {
+        ScenarioError::Sql(e)
+    }
+}

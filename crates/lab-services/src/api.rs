@@ -23,8 +23,8 @@ pub enum ApiError {
         message: String,
     },
     /// The database failed. Details go to the log, not to the client.
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    #[error("database error: {}", lab_infra::pg_message(.0))]
+    Database(sqlx::Error),
 }
 
 impl ApiError {
@@ -113,6 +113,15 @@ pub async fn method_not_allowed() -> ApiError {
         "method_not_allowed",
         "this endpoint does not take that method",
     )
+}
+
+// By hand rather than `#[from]`: the message above already says what sqlx's error says, so it is
+// not also exposed as the source (an error chain printed in full would repeat it, with the
+// PostgreSQL source line sqlx appends).
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> ApiError {
+        ApiError::Database(e)
+    }
 }
 
 #[cfg(test)]

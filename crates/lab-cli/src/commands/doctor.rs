@@ -41,6 +41,12 @@ async fn check_given(options: &ServerOptions, needs: Needs) -> Finding {
 }
 
 pub async fn doctor(global: &Global) -> Result<u8, Failure> {
+    // What a killed lab left behind is removed first, and reported.
+    let removed = lab_infra::leftovers::sweep_async().await;
+    let files = match lab_scenarios::library::scenarios_dir() {
+        Some(dir) => dir.display().to_string(),
+        None => "built into this lab".to_string(),
+    };
     let options = ServerOptions::new(global.database_url.clone(), global.redis_url.clone());
     let Plan {
         mut postgres,
@@ -117,6 +123,8 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
                         "needs": scenario_needs(s),
                         "external_toxiproxy": !matches!(s.requires().faults, FaultUse::OneShot(_)),
                     })).collect::<Vec<_>>(),
+                    "scenario_files": files,
+                    "removed_leftovers": removed.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
                     "usable": usable,
                 })
             );
@@ -131,6 +139,14 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
             line("PostgreSQL", &postgres, needs.postgres);
             line("Redis", &redis, needs.redis);
             line("Toxiproxy", &toxiproxy, true);
+            say!("  ok       {:<11} {files}", "scenarios");
+            for dir in &removed {
+                say!(
+                    "  removed  {:<11} {} (left behind by a lab that was killed)",
+                    "temp dir",
+                    dir.display()
+                );
+            }
             say!();
             say!("Scenarios and what they need:");
             for s in &all {

@@ -1,0 +1,146 @@
+//! What a killed `lab` left behind, found and removed by the next one.
+//!
+//! A SIGKILL cannot be caught: the kernel ends the throwaway servers with `lab`
+//! (`PR_SET_PDEATHSIG`), but nobody is left to remove their temporary directories. So every
+//! throwaway directory records its owner, the `lab` process that created it, in a file
+//! [`OWNER_FILE`]: its pid and its start time (a pid alone could have been reused by an unrelated
+//! process since). The next `lab` ([`sweep`], called when servers start and by `lab doctor`)
+//! removes the `lab-pg-*` and `lab-redis-*` directories of the temporary directory whose owner is
+//! gone, after ending any process still working in them. Nothing else is touched: a directory of
+//! a live `lab`, one whose owner cannot be read, and anything not named like ours stay.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The file in each throwaway directory that names its owner: `<pid> <start time>`.
+pub const OWNER_FILE: &str = "lab.owner";
+
+/// The names of our throwaway directories start with these.
+pub const PREFIXES: [&str; 2] = ["lab-pg-", "lab-redis-"];
+
+/// A directory without an owner file is left alone this long: it may be one that a `lab` has
+/// just created and not yet claimed.
+const UNCLAIMED_GRACE: Duration = Duration::from_secs(600);
+
+/// The start time of a process, in clock ticks since boot (field 22 of `/proc/PID/stat`), or
+/// `None` when there is no such process.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces: count after it.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Records this process as the owner of `dir`.
+pub fn claim(dir: &Path) -> io::Result<()> {
+    let pid = std::process::id();
+    let started = start_time(pid).unwrap_or_default();
+    fs::write(dir.join(OWNER_FILE), format!("{pid} {started}\n"))
+}
+
+/// Whether the owner recorded in `dir` is still running: `Some(true)` or `Some(false)`, or
+/// `None` when the directory names no owner (not claimed yet, or not ours).
+fn owner_alive(dir: &Path) -> Option<bool> {
+    let text = fs::read_to_string(dir.join(OWNER_FILE)).ok()?;
+    let mut fields = text.split_whitespace();
+    let pid: u32 = fields.next()?.parse().ok()?;
+    let started: u64 = fields.next()?.parse().ok()?;
+    Some(start_time(pid) == Some(started))
+}
+
+/// Processes whose working directory is inside `dir` (a server that outlived its owner: the
+/// throwaway servers run with their directory as working directory).
+fn processes_in(dir: &Path) -> Vec<Pid> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let cwd = fs::read_link(entry.path().join("cwd")).ok()?;
+            cwd.starts_with(dir).then_some(Pid::from_raw(pid))
+        })
+        .collect()
+}
+
+/// Our throwaway directories in `tmp` whose owner is gone.
+fn abandoned(tmp: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(tmp) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+                && entry.file_type().is_ok_and(|t| t.is_dir())
+        })
+        .map(|entry| entry.path())
+        .filter(|dir| match owner_alive(dir) {
+            Some(alive) => !alive,
+            // Unclaimed: a `lab` killed between creating and claiming it, if it is old.
+            None => fs::metadata(dir)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|modified| modified.elapsed().ok())
+                .is_some_and(|age| age > UNCLAIMED_GRACE),
+        })
+        .collect()
+}
+
+/// Removes the throwaway directories of `lab` processes that are gone (killed with SIGKILL, or
+/// by a power cut), after ending any server still working in them. Returns what it removed.
+///
+/// Blocking file-system work: call it from `spawn_blocking` in async code.
+pub fn sweep() -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    for dir in abandoned(&std::env::temp_dir()) {
+        // The kernel ended them with their owner; a straggler gets the same end now.
+        for pid in processes_in(&dir) {
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+        if fs::remove_dir_all(&dir).is_ok() {
+            removed.push(dir);
+        }
+    }
+    removed
+}
+
+/// [`sweep`], off the async runtime's threads.
+pub async fn sweep_async() -> Vec<PathBuf> {
+    tokio::task::spawn_blocking(sweep).await.unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_of_a_live_owner_stays_and_one_of_a_dead_owner_goes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mine = tmp.path().join("lab-pg-mine");
+        let dead = tmp.path().join("lab-redis-dead");
+        let other = tmp.path().join("someone-else");
+        for dir in [&mine, &dead, &other] {
+            fs::create_dir(dir).unwrap();
+        }
+        claim(&mine).unwrap();
+        // A pid that exists, with a start time it never had: its owner is gone.
+        fs::write(dead.join(OWNER_FILE), format!("{} 1\n", std::process::id())).unwrap();
+        fs::write(other.join(OWNER_FILE), "1 1\n").unwrap();
+        assert_eq!(abandoned(tmp.path()), vec![dead]);
+    }
+
+    #[test]
+    fn the_start_time_is_read_past_a_name_with_spaces() {
+        assert!(start_time(std::process::id()).is_some());
+        assert_eq!(start_time(u32::MAX), None);
+    }
+}
