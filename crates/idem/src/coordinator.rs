@@ -622,7 +622,9 @@ where
         let found = match self.store.read(Stage::Read, &call.record_key).await {
             Ok(None) => None,
             Ok(Some(stored)) => Some(self.examine(call, Stage::Read, &stored)?),
-            Err(error) => Some(Found::RunUnprotected(self.failed_before_action(call, error)?)),
+            Err(error) => Some(Found::RunUnprotected(
+                self.failed_before_action(call, error)?,
+            )),
         };
         match found {
             Some(Found::Completed(value)) => {
@@ -717,13 +719,22 @@ where
 
     /// What a stored value means for this call: a reservation, a result to replay (decoded), or
     /// something unusable. Checks the fingerprint first.
-    fn examine<T, E>(&self, call: &Call<'_>, stage: Stage, stored: &[u8]) -> Result<Found<T>, Error<E>>
+    fn examine<T, E>(
+        &self,
+        call: &Call<'_>,
+        stage: Stage,
+        stored: &[u8],
+    ) -> Result<Found<T>, Error<E>>
     where
         T: DeserializeOwned,
     {
         let record = match parse_record(stored) {
             Ok(record) => record,
-            Err(reason) => return self.unusable(call, stage, reason).map(Found::RunUnprotected),
+            Err(reason) => {
+                return self
+                    .unusable(call, stage, reason)
+                    .map(Found::RunUnprotected);
+            }
         };
         // Before the pending check on purpose (as idempotency-kit): a caller with another
         // request is refused now, not handed someone else's result after waiting.
@@ -738,13 +749,18 @@ where
             }
             Err(error) => {
                 let reason = format!("the stored result does not decode: {error}");
-                self.unusable(call, stage, reason).map(Found::RunUnprotected)
+                self.unusable(call, stage, reason)
+                    .map(Found::RunUnprotected)
             }
         }
     }
 
     /// Redis failed before the action: fail closed, or say why the action runs unprotected.
-    fn failed_before_action<E>(&self, call: &Call<'_>, error: StorageError) -> Result<Unprotected, Error<E>> {
+    fn failed_before_action<E>(
+        &self,
+        call: &Call<'_>,
+        error: StorageError,
+    ) -> Result<Unprotected, Error<E>> {
         self.emit(call, EventKind::StorageError { error: &error });
         match self.policy.on_storage_error {
             OnStorageError::Fail => Err(Error::Storage(error)),
@@ -754,7 +770,12 @@ where
 
     /// The key holds something we cannot use. Failing open, it is as good as no record; failing
     /// closed, it is a storage error (the action must not run when we cannot tell whether it ran).
-    fn unusable<E>(&self, call: &Call<'_>, stage: Stage, reason: String) -> Result<Unprotected, Error<E>> {
+    fn unusable<E>(
+        &self,
+        call: &Call<'_>,
+        stage: Stage,
+        reason: String,
+    ) -> Result<Unprotected, Error<E>> {
         match self.policy.on_storage_error {
             OnStorageError::Fail => {
                 let error = StorageError::new(stage, StorageCause::Corrupt(reason));

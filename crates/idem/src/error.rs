@@ -135,7 +135,9 @@ impl fmt::Display for Unprotected {
             Unprotected::TtlOutOfRange { requested } => {
                 write!(f, "a TTL of {requested:?} is not stored by the TTL policy")
             }
-            Unprotected::LeaseLost => f.write_str("the lease was lost before the result was stored"),
+            Unprotected::LeaseLost => {
+                f.write_str("the lease was lost before the result was stored")
+            }
             Unprotected::KeyTaken => f.write_str("another caller's record took the key"),
         }
     }

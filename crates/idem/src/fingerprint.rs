@@ -135,7 +135,12 @@ fn write_string(text: &str, out: &mut String) {
 /// range and in scientific notation otherwise, with a signed, at least two-digit exponent.
 fn python_float_repr(value: f64) -> String {
     if value == 0.0 {
-        return if value.is_sign_negative() { "-0.0" } else { "0.0" }.to_string();
+        return if value.is_sign_negative() {
+            "-0.0"
+        } else {
+            "0.0"
+        }
+        .to_string();
     }
     // Rust's `{:e}` gives the shortest round-trip digits: "-1.5e-7", "1e16".
     let scientific = format!("{value:e}");
@@ -234,8 +239,13 @@ mod tests {
 
     #[test]
     fn integers_and_floats_differ() {
-        assert_ne!(fingerprint_of(&json!({"a": 1})), fingerprint_of(&json!({"a": 1.0})));
-        assert_eq!(canonical_json(&json!({"big": u64::MAX, "neg": i64::MIN})),
-            r#"{"big":18446744073709551615,"neg":-9223372036854775808}"#);
+        assert_ne!(
+            fingerprint_of(&json!({"a": 1})),
+            fingerprint_of(&json!({"a": 1.0}))
+        );
+        assert_eq!(
+            canonical_json(&json!({"big": u64::MAX, "neg": i64::MIN})),
+            r#"{"big":18446744073709551615,"neg":-9223372036854775808}"#
+        );
     }
 }

@@ -74,7 +74,9 @@ impl fmt::Display for Field {
 pub enum ValidationError {
     #[error("the {field} is empty (after trimming whitespace)")]
     Empty { field: Field },
-    #[error("the {field} is {chars} characters long (after trimming whitespace); at most {max} are allowed")]
+    #[error(
+        "the {field} is {chars} characters long (after trimming whitespace); at most {max} are allowed"
+    )]
     TooLong {
         field: Field,
         chars: usize,
@@ -204,21 +206,43 @@ mod tests {
         fn ok<'a>(op: &'a str, key: &'a str) -> Result<(&'a str, &'a str), ValidationError> {
             validate(op, key).map(|ids| (ids.operation, ids.key))
         }
-        assert_eq!(ok("op", ""), Err(ValidationError::Empty { field: Field::Key }));
-        assert_eq!(ok("op", "   "), Err(ValidationError::Empty { field: Field::Key }));
-        assert_eq!(ok("op", "a:b"), Err(ValidationError::Colon { field: Field::Key }));
+        assert_eq!(
+            ok("op", ""),
+            Err(ValidationError::Empty { field: Field::Key })
+        );
+        assert_eq!(
+            ok("op", "   "),
+            Err(ValidationError::Empty { field: Field::Key })
+        );
+        assert_eq!(
+            ok("op", "a:b"),
+            Err(ValidationError::Colon { field: Field::Key })
+        );
         assert_eq!(ok("op", &"k".repeat(255)).unwrap().1.len(), 255);
         assert_eq!(
             ok("op", &"k".repeat(256)),
-            Err(ValidationError::TooLong { field: Field::Key, chars: 256, max: 255 })
+            Err(ValidationError::TooLong {
+                field: Field::Key,
+                chars: 256,
+                max: 255
+            })
         );
         assert_eq!(ok("op", " k1 "), Ok(("op", "k1")));
         assert_eq!(ok("op", "ключ-é"), Ok(("op", "ключ-é")));
         assert_eq!(ok("op", "a\nb"), Ok(("op", "a\nb")));
-        assert_eq!(ok("a:b", "k"), Err(ValidationError::Colon { field: Field::Operation }));
+        assert_eq!(
+            ok("a:b", "k"),
+            Err(ValidationError::Colon {
+                field: Field::Operation
+            })
+        );
         assert_eq!(
             ok(&"o".repeat(101), "k"),
-            Err(ValidationError::TooLong { field: Field::Operation, chars: 101, max: 100 })
+            Err(ValidationError::TooLong {
+                field: Field::Operation,
+                chars: 101,
+                max: 100
+            })
         );
         assert!(ok(&"o".repeat(100), "k").is_ok());
     }
@@ -245,7 +269,10 @@ mod tests {
     #[test]
     fn record_key_is_the_python_layout() {
         let ids = validate(" order.create ", " replay-1 ").unwrap();
-        assert_eq!(record_key(DEFAULT_PREFIX, ids), "idempotency:order.create:replay-1");
+        assert_eq!(
+            record_key(DEFAULT_PREFIX, ids),
+            "idempotency:order.create:replay-1"
+        );
         assert_eq!(record_key("app", ids), "apporder.create:replay-1");
     }
 
@@ -255,8 +282,14 @@ mod tests {
         assert_eq!(crc16_xmodem(b"123456789"), 0x31c3);
         assert_eq!(hash_slot("foo"), 12182);
         assert_eq!(hash_slot("bar"), 5061);
-        assert_eq!(hash_slot("{user1000}.following"), hash_slot("{user1000}.followers"));
-        assert_eq!(hash_slot("foo{}{bar}"), crc16_xmodem(b"foo{}{bar}") % CLUSTER_SLOTS);
+        assert_eq!(
+            hash_slot("{user1000}.following"),
+            hash_slot("{user1000}.followers")
+        );
+        assert_eq!(
+            hash_slot("foo{}{bar}"),
+            crc16_xmodem(b"foo{}{bar}") % CLUSTER_SLOTS
+        );
         assert_eq!(hash_slot("foo{{bar}}zap"), hash_slot("{bar"));
     }
 
@@ -286,7 +319,10 @@ mod tests {
             assert_eq!(hash_slot(&fence), hash_slot(record), "{record} -> {fence}");
         }
         assert_eq!(fence_key("idempotency:op:k1"), "{idempotency:op:k1}:fence");
-        assert_eq!(fence_key("idempotency:op:{t}k"), "idempotency:op:{t}k:fence");
+        assert_eq!(
+            fence_key("idempotency:op:{t}k"),
+            "idempotency:op:{t}k:fence"
+        );
         assert!(fence_key("idempotency:op:a}b").ends_with(":fence:idempotency:op:a}b"));
     }
 

@@ -82,7 +82,8 @@ impl TtlPolicy {
                 (min..=max).contains(&ttl).then_some(ttl)
             }
             TtlPolicy::Exact => {
-                let ttl = Duration::from_millis(requested.as_millis().try_into().unwrap_or(u64::MAX));
+                let ttl =
+                    Duration::from_millis(requested.as_millis().try_into().unwrap_or(u64::MAX));
                 (!ttl.is_zero()).then_some(ttl)
             }
         }
@@ -273,8 +274,14 @@ impl Policy {
         if let Some(every) = self.renew_every {
             assert!(!every.is_zero(), "Policy::renew_every must not be zero");
         }
-        assert!(!self.command_timeout.is_zero(), "Policy::command_timeout must not be zero");
-        assert!(!self.poll_interval.is_zero(), "Policy::poll_interval must not be zero");
+        assert!(
+            !self.command_timeout.is_zero(),
+            "Policy::command_timeout must not be zero"
+        );
+        assert!(
+            !self.poll_interval.is_zero(),
+            "Policy::poll_interval must not be zero"
+        );
     }
 }
 

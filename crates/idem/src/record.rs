@@ -159,8 +159,7 @@ pub(crate) fn utc_timestamp(t: SystemTime) -> String {
         second_of_day % 3600 / 60,
         second_of_day % 60,
     );
-    let mut text =
-        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}");
+    let mut text = format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}");
     if micros != 0 {
         text.push_str(&format!(".{micros:06}"));
     }
@@ -226,7 +225,9 @@ mod tests {
     #[test]
     fn timestamps_are_pydantics() {
         let at = |secs: u64, micros: u32| {
-            utc_timestamp(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros.into()))
+            utc_timestamp(
+                UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros.into()),
+            )
         };
         // Vectors from Python's `datetime.fromtimestamp(ts, UTC)`.
         assert_eq!(at(1_796_004_038, 338_793), "2026-11-30T02:00:38.338793Z");

@@ -29,8 +29,7 @@ use redis::{RedisResult, Script, Value};
 use crate::error::{Stage, StorageCause, StorageError};
 
 static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/reserve.lua")));
-static COMPLETE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/complete.lua")));
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/complete.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/renew.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 
@@ -67,7 +66,10 @@ where
         match tokio::time::timeout(self.timeout, command).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(error)) => Err(StorageError::new(stage, StorageCause::Redis(error))),
-            Err(_elapsed) => Err(StorageError::new(stage, StorageCause::Timeout(self.timeout))),
+            Err(_elapsed) => Err(StorageError::new(
+                stage,
+                StorageCause::Timeout(self.timeout),
+            )),
         }
     }
 
@@ -131,10 +133,16 @@ where
     }
 
     /// `GET key`.
-    pub(crate) async fn read(&self, stage: Stage, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+    pub(crate) async fn read(
+        &self,
+        stage: Stage,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
         let mut conn = self.conn.clone();
-        self.bounded(stage, async move { redis::cmd("GET").arg(key).query_async(&mut conn).await })
-            .await
+        self.bounded(stage, async move {
+            redis::cmd("GET").arg(key).query_async(&mut conn).await
+        })
+        .await
     }
 
     /// `SET key record NX GET PX ttl`: stores the record if the key is free; otherwise returns
@@ -264,13 +272,20 @@ where
     pub(crate) async fn delete(&self, key: &str) -> Result<(), StorageError> {
         let mut conn = self.conn.clone();
         self.bounded(Stage::Release, async move {
-            redis::cmd("DEL").arg(key).query_async::<()>(&mut conn).await
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<()>(&mut conn)
+                .await
         })
         .await
     }
 
     /// `release.lua`: deletes the reservation if it is still ours.
-    pub(crate) async fn release_fenced(&self, key: &str, owner: &str) -> Result<bool, StorageError> {
+    pub(crate) async fn release_fenced(
+        &self,
+        key: &str,
+        owner: &str,
+    ) -> Result<bool, StorageError> {
         let mut conn = self.conn.clone();
         let released: i64 = self
             .bounded(Stage::Release, async move {
@@ -283,9 +298,14 @@ where
 
 /// A duration as Redis `PX` milliseconds; `PX 0` is an error, so at least 1.
 fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 fn unexpected(stage: Stage, reply: &Value) -> StorageError {
-    StorageError::new(stage, StorageCause::Corrupt(format!("unexpected reply {reply:?}")))
+    StorageError::new(
+        stage,
+        StorageCause::Corrupt(format!("unexpected reply {reply:?}")),
+    )
 }
