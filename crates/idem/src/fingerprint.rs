@@ -93,7 +93,7 @@ fn write_value(value: &Value, out: &mut String) {
             // The explicit sort: `sort_keys=True`. `str` ordering in Rust is byte order, and
             // UTF-8 byte order is code point order, which is how Python compares strings.
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|(a, _), (b, _)| a.cmp(b));
+            entries.sort_by_key(|(name, _)| *name);
             out.push('{');
             for (index, (name, item)) in entries.into_iter().enumerate() {
                 if index > 0 {
