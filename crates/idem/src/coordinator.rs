@@ -81,7 +81,9 @@ impl<'a> Request<'a> {
 /// A successful call: the value, and where it came from.
 #[derive(Debug)]
 pub struct Coordinated<T> {
+    /// The action's result: ours, or the stored one.
     pub value: T,
+    /// Whether the action ran for this call, and whether a retry is protected.
     pub source: Source,
 }
 
@@ -799,9 +801,8 @@ where
         value: &T,
         ttl: Duration,
     ) -> Result<Record, Unprotected> {
-        let result = serde_json::value::to_raw_value(value).map_err(|error| {
-            Unprotected::UnusableRecord(format!("the result has no JSON form: {error}"))
-        })?;
+        let result = serde_json::value::to_raw_value(value)
+            .map_err(|error| Unprotected::UnstorableResult(error.to_string()))?;
         Ok(Record::completed(
             call.ids.operation,
             call.ids.key,

@@ -109,9 +109,13 @@ pub enum Unprotected {
     /// result was not stored, and the reservation stays until its lease runs out.
     Storage(StorageError),
     /// The key held a record that could not be used (corrupt, or a result the caller's type
-    /// cannot decode); the action ran and, with a reservation flow, its result replaced that
-    /// record.
+    /// cannot decode), and the policy fails open. The action ran without a reservation; in
+    /// `Wait`/`Raise` mode its result then replaced that record (as idempotency-kit does), so
+    /// later retries replay it.
     UnusableRecord(String),
+    /// The action's result has no JSON form (serde_json refused it, e.g. a map with non-string
+    /// keys). It was returned but not stored, and the reservation was released.
+    UnstorableResult(String),
     /// The action ran under a reservation, but the TTL policy does not store a result for the
     /// requested TTL (e.g. more than 30 days with [`TtlPolicy::WholeMinutes`](crate::TtlPolicy)).
     /// The reservation was released.
@@ -132,6 +136,7 @@ impl fmt::Display for Unprotected {
             Unprotected::InvalidKey(invalid) => write!(f, "invalid key ({invalid})"),
             Unprotected::Storage(error) => write!(f, "{error}"),
             Unprotected::UnusableRecord(reason) => write!(f, "unusable record ({reason})"),
+            Unprotected::UnstorableResult(reason) => write!(f, "unstorable result ({reason})"),
             Unprotected::TtlOutOfRange { requested } => {
                 write!(f, "a TTL of {requested:?} is not stored by the TTL policy")
             }
@@ -140,5 +145,33 @@ impl fmt::Display for Unprotected {
             }
             Unprotected::KeyTaken => f.write_str("another caller's record took the key"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_std_error<T: std::error::Error + Send + Sync + 'static>() {}
+
+    #[test]
+    fn errors_compose_with_the_usual_error_handling() {
+        // `?` into `anyhow::Error` or `Box<dyn Error>` needs these, for any action error that is
+        // Debug + Display (a String, an io::Error, an anyhow::Error).
+        is_std_error::<Error<std::io::Error>>();
+        is_std_error::<Error<String>>();
+        is_std_error::<StorageError>();
+        is_std_error::<ValidationError>();
+
+        let timeout = StorageError::new(
+            Stage::Reserve,
+            StorageCause::Timeout(Duration::from_millis(250)),
+        );
+        assert_eq!(
+            timeout.to_string(),
+            "idempotency storage failed while reserving the key: no answer from Redis within 250ms"
+        );
+        let action: Error<String> = Error::Action("card declined".to_owned());
+        assert_eq!(action.to_string(), "the action failed: card declined");
     }
 }

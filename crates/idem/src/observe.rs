@@ -64,8 +64,10 @@ pub enum EventKind<'a> {
     Completed { fence: Option<u64> },
     /// The reservation was deleted (the action failed, or its result is not to be stored).
     Released { fence: Option<u64> },
-    /// [`Ownership::Fenced`](crate::Ownership::Fenced): a compare-and-set found the reservation
-    /// no longer ours at `stage` (renew, complete or release), and left the key alone.
+    /// The reservation was no longer ours at `stage`, and the key was left alone. With
+    /// [`Ownership::Fenced`](crate::Ownership::Fenced): a compare-and-set found another owner (or
+    /// no record) when renewing, completing or releasing. Unfenced, only a renewal can tell: its
+    /// `SET … XX` found the key gone.
     LeaseLost { stage: Stage, fence: Option<u64> },
     /// [`InFlight::Run`](crate::InFlight::Run): our action ran, but another caller stored its
     /// result first; that result is returned instead of ours.

@@ -634,6 +634,33 @@ async fn hardened_ttls_are_exact() {
     }
 }
 
+#[tokio::test]
+async fn a_result_without_a_json_form_is_returned_but_not_stored() {
+    let redis = RedisServer::start();
+    let mut inspector = redis.inspector().await;
+    for policy in [Policy::compatible(), Policy::hardened()] {
+        let coordinator = Coordinator::new(redis.manager(), policy);
+        // JSON object keys are strings; serde_json refuses a map keyed by tuples.
+        let value = std::collections::BTreeMap::from([((1u8, 2u8), 3u8)]);
+        let done = coordinator
+            .coordinate(Request::new("op", "unstorable", HOUR), |_| async move {
+                Ok::<_, String>(value)
+            })
+            .await
+            .unwrap();
+        assert!(matches!(
+            done.source,
+            Source::Unprotected(Unprotected::UnstorableResult(_))
+        ));
+        assert_eq!(done.value[&(1, 2)], 3);
+        assert_eq!(
+            get(&mut inspector, "idempotency:op:unstorable").await,
+            None,
+            "released"
+        );
+    }
+}
+
 // ---- Leases, owners, fences --------------------------------------------------------------------
 
 /// The reference's `lease-expiry[raise]`: a lapsed lease lets a second call run alongside the
