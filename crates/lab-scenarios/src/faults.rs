@@ -185,6 +185,30 @@ impl Faults {
         })
     }
 
+    /// Adds any toxic to a hop.
+    pub async fn add_toxic(&self, hop: &str, toxic: &Toxic) -> Result<ToxicHandle, ClientError> {
+        let proxy = self.full_name(hop);
+        let created = self.client.add_toxic(&proxy, toxic).await?;
+        Ok(ToxicHandle {
+            proxy,
+            name: created.name,
+        })
+    }
+
+    /// Cuts a hop without closing it: nothing gets through either way and nothing answers, so
+    /// every caller waits for its own timeout (a `timeout` toxic of 0 on both streams: Toxiproxy
+    /// holds the data until the toxic is removed). Returns the two toxics.
+    pub async fn black_hole(&self, hop: &str) -> Result<[ToxicHandle; 2], ClientError> {
+        let toxic = |stream| {
+            Toxic::new(ToxicKind::Timeout { timeout: 0 }, stream)
+                .named(format!("black_hole_{}", stream.as_str()))
+        };
+        Ok([
+            self.add_toxic(hop, &toxic(Stream::Upstream)).await?,
+            self.add_toxic(hop, &toxic(Stream::Downstream)).await?,
+        ])
+    }
+
     /// Removes a toxic: the hop is healthy again.
     pub async fn remove(&self, toxic: ToxicHandle) -> Result<(), ClientError> {
         self.client.remove_toxic(&toxic.proxy, &toxic.name).await

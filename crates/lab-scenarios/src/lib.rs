@@ -19,7 +19,8 @@
 //! - [`library`]: the files under `scenarios/` (texts, expected facts and narratives), read from
 //!   the checkout when there is one, else the copies embedded at build time.
 //! - Topic folders, one per lesson, each with its helpers, its own tables (`schema.sql`) and its
-//!   scenario modules: [`reports`] (the PostgreSQL background-task lesson).
+//!   scenario modules: [`reports`] (the PostgreSQL background-task lesson), [`payments`] (the
+//!   Redis coordinator lesson).
 //!
 //! Adding a scenario touches its module and its folder only: see "Adding a scenario" in
 //! `docs/architecture.md`.
@@ -29,6 +30,7 @@ pub mod ctx;
 pub mod error;
 pub mod faults;
 pub mod library;
+pub mod payments;
 pub mod reports;
 pub mod runner;
 pub mod scenario;
@@ -40,4 +42,4 @@ pub use error::{ScenarioError, ScenarioResult};
 pub use faults::{Faults, ProxyLedger};
 pub use library::Library;
 pub use runner::{KeptRun, RunConfig, RunReport, run};
-pub use scenario::{FaultUse, Lesson, Requires, Scenario, ScenarioFuture};
+pub use scenario::{FaultUse, Hop, Lesson, Requires, Scenario, ScenarioFuture};

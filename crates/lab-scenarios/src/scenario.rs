@@ -24,21 +24,45 @@ pub struct Lesson {
     pub schema: &'static str,
 }
 
+/// A link the fault proxy sits on, so a scenario can break it.
+#[derive(Debug, Clone, Copy)]
+pub enum Hop {
+    /// Everyone who calls this service (a worker, another service) goes through a proxy named
+    /// after it.
+    Service(&'static ServiceSpec),
+    /// The services' connections to Redis go through a proxy named `redis`; the lab itself (and
+    /// everyone else) still reaches the real Redis directly.
+    Redis,
+}
+
+impl Hop {
+    /// The proxy's name (prefixed with the run's name in a run).
+    pub fn name(self) -> &'static str {
+        match self {
+            Hop::Service(spec) => spec.name,
+            Hop::Redis => REDIS_HOP,
+        }
+    }
+}
+
+/// The name of the proxy in front of Redis.
+pub const REDIS_HOP: &str = "redis";
+
 /// Which hops a scenario breaks, and how.
 #[derive(Debug, Clone, Copy)]
 pub enum FaultUse {
     /// It breaks no hop.
     None,
     /// Only toxics, set through the Toxiproxy API: a real Toxiproxy (`--toxiproxy-url`) can do
-    /// it too. The services listed are reached through a proxy hop named after them.
-    Toxics(&'static [&'static ServiceSpec]),
+    /// it too.
+    Toxics(&'static [Hop]),
     /// Deterministic one-shot faults: the embedded proxy only.
-    OneShot(&'static [&'static ServiceSpec]),
+    OneShot(&'static [Hop]),
 }
 
 impl FaultUse {
-    /// The services that sit behind a proxy hop.
-    pub fn hops(self) -> &'static [&'static ServiceSpec] {
+    /// The links that go through a proxy hop.
+    pub fn hops(self) -> &'static [Hop] {
         match self {
             FaultUse::None => &[],
             FaultUse::Toxics(hops) | FaultUse::OneShot(hops) => hops,

@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::ScenarioError;
 use crate::faults::Faults;
+use crate::scenario::{Hop, REDIS_HOP};
 
 /// Narrates what services report: the [`Observer`] the lab gives its services.
 struct Narrated(Narrator);
@@ -37,8 +38,12 @@ impl Observer for Narrated {
 pub enum Ports {
     /// Free loopback ports (a scenario run).
     Free,
-    /// Listeners already bound, and the addresses of the hops, by service (`lab serve`).
-    Fixed(BTreeMap<&'static str, (TcpListener, String)>),
+    /// `lab serve`: listeners already bound and the addresses of their hops, by service, and
+    /// where the Redis hop listens.
+    Fixed {
+        services: BTreeMap<&'static str, (TcpListener, String)>,
+        redis_hop: String,
+    },
 }
 
 /// What the services of a stage share.
@@ -51,8 +56,24 @@ pub struct StageConfig<'a> {
     pub tasks: TaskTracker,
     /// The fault plane: needed when `hops` is not empty.
     pub faults: Option<&'a Faults>,
-    /// The services that sit behind a proxy hop.
-    pub hops: &'a [&'static ServiceSpec],
+    /// The links that go through a proxy hop.
+    pub hops: &'a [Hop],
+}
+
+impl StageConfig<'_> {
+    fn hopped(&self, spec: &ServiceSpec) -> bool {
+        self.hops
+            .iter()
+            .any(|hop| matches!(hop, Hop::Service(s) if s.name == spec.name))
+    }
+
+    fn faults(&self, what: &str) -> Result<&Faults, ScenarioError> {
+        self.faults.ok_or_else(|| {
+            ScenarioError::Broken(format!(
+                "{what} needs a hop, and the run has no fault proxy"
+            ))
+        })
+    }
 }
 
 /// A started service, and how to reach it.
@@ -78,6 +99,10 @@ impl ServiceHandle {
 #[derive(Default)]
 pub struct Stage {
     services: Vec<ServiceHandle>,
+    /// How the services reach Redis.
+    redis_url: Option<String>,
+    /// The Redis proxy's listening address, when the run breaks that link.
+    redis_hop: Option<SocketAddr>,
 }
 
 impl Stage {
@@ -91,14 +116,33 @@ impl Stage {
             .narrator
             .clone()
             .map(|n| Arc::new(Narrated(n)) as Arc<dyn Observer>);
-        let mut stage = Stage::default();
+        // The services' link to Redis, through its proxy when the run breaks it.
+        let mut stage = Stage {
+            redis_url: config.space.redis_url.clone(),
+            ..Stage::default()
+        };
+        if config.hops.iter().any(|hop| matches!(hop, Hop::Redis))
+            && let Some(url) = &config.space.redis_url
+        {
+            let upstream = redis_addr(url)?;
+            let at = match &ports {
+                Ports::Free => "127.0.0.1:0",
+                Ports::Fixed { redis_hop, .. } => redis_hop.as_str(),
+            };
+            let listen = config
+                .faults("Redis")?
+                .hop_at(REDIS_HOP, at, upstream)
+                .await?;
+            stage.redis_url = Some(with_addr(url, listen)?);
+            stage.redis_hop = Some(listen);
+        }
         for spec in in_start_order(specs) {
             let (listener, hop_listen) = match &mut ports {
                 Ports::Free => (
                     TcpListener::bind("127.0.0.1:0").await?,
                     "127.0.0.1:0".to_string(),
                 ),
-                Ports::Fixed(fixed) => fixed.remove(spec.name).ok_or_else(|| {
+                Ports::Fixed { services, .. } => services.remove(spec.name).ok_or_else(|| {
                     ScenarioError::Broken(format!("no port for the {} service", spec.name))
                 })?,
             };
@@ -109,7 +153,7 @@ impl Stage {
                 .collect();
             let env = ServiceEnv {
                 pg: config.space.pg.clone(),
-                redis: config.space.redis.clone(),
+                redis_url: stage.redis_url.clone(),
                 key_prefix: config.space.prefix.clone(),
                 peers,
                 voice: Voice::new(observer.clone()),
@@ -118,13 +162,8 @@ impl Stage {
             };
             let running = launch(spec, env, listener)?;
             let direct = running.addr;
-            let hop = if config.hops.iter().any(|h| h.name == spec.name) {
-                let faults = config.faults.ok_or_else(|| {
-                    ScenarioError::Broken(format!(
-                        "the {} service needs a hop, and the run has no fault proxy",
-                        spec.name
-                    ))
-                })?;
+            let hop = if config.hopped(spec) {
+                let faults = config.faults(spec.title)?;
                 Some(faults.hop_at(spec.name, &hop_listen, direct).await?)
             } else {
                 None
@@ -145,6 +184,11 @@ impl Stage {
         self.services.iter().find(|s| s.spec.name == spec.name)
     }
 
+    /// The Redis proxy's address, when the services reach Redis through one.
+    pub fn redis_hop(&self) -> Option<SocketAddr> {
+        self.redis_hop
+    }
+
     /// Every started service, in start order.
     pub fn services(&self) -> &[ServiceHandle] {
         &self.services
@@ -156,6 +200,30 @@ impl Stage {
             handle.running.stop().await;
         }
     }
+}
+
+/// The address of the Redis in `url` (`redis://host:port/…`).
+fn redis_addr(url: &str) -> Result<SocketAddr, ScenarioError> {
+    let parsed = url::Url::parse(url)
+        .map_err(|e| ScenarioError::Broken(format!("the run's Redis URL: {e}")))?;
+    let host = parsed.host_str().unwrap_or("127.0.0.1");
+    let port = parsed.port().unwrap_or(6379);
+    std::net::ToSocketAddrs::to_socket_addrs(&(host, port))?
+        .next()
+        .ok_or_else(|| ScenarioError::Broken(format!("the run's Redis host {host} has no address")))
+}
+
+/// `url` pointed at `addr` instead (the proxy), keeping its user, password and database.
+fn with_addr(url: &str, addr: SocketAddr) -> Result<String, ScenarioError> {
+    let mut parsed = url::Url::parse(url)
+        .map_err(|e| ScenarioError::Broken(format!("the run's Redis URL: {e}")))?;
+    let moved = parsed.set_ip_host(addr.ip()).is_ok() && parsed.set_port(Some(addr.port())).is_ok();
+    if !moved {
+        return Err(ScenarioError::Broken(format!(
+            "cannot point the Redis URL at the proxy {addr}"
+        )));
+    }
+    Ok(parsed.into())
 }
 
 /// `specs` and everything they call, each after the services it calls, each once.

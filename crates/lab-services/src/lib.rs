@@ -13,6 +13,8 @@
 //!   `Idempotency-Key`, deduplicated by a UNIQUE constraint).
 //! - [`http`]: the accept loop every bundled port uses (axum's, plus a header-read timeout, so
 //!   idle connections are closed).
+//! - [`payments`]: the payment service of the payments lesson: one charge per Idempotency-Key,
+//!   through the Redis coordinator `idem`, in front of the provider.
 //! - [`provider`]: the mock payment provider of the payments lesson (counts its charges,
 //!   deduplicates by key when switched to, answers status queries).
 //! - [`api`]: the JSON error type and body extractor every service shares, so a malformed
@@ -21,6 +23,7 @@
 
 pub mod api;
 pub mod http;
+pub mod payments;
 pub mod provider;
 pub mod reports;
 pub mod spec;
@@ -31,4 +34,4 @@ pub use spec::{
 
 /// Every bundled service, in the order `lab serve` numbers their ports (so a new service goes at
 /// the end and no port of an existing one moves).
-pub static ALL: &[&ServiceSpec] = &[&reports::SPEC, &provider::SPEC];
+pub static ALL: &[&ServiceSpec] = &[&reports::SPEC, &provider::SPEC, &payments::SPEC];

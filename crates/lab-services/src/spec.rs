@@ -128,6 +128,12 @@ pub enum ServiceError {
         service: &'static str,
         what: &'static str,
     },
+    #[error("the {service} service cannot use Redis: {source}")]
+    Redis {
+        service: &'static str,
+        #[source]
+        source: redis::RedisError,
+    },
     #[error("cannot serve the {service} service: {source}")]
     Io {
         service: &'static str,
@@ -141,8 +147,9 @@ pub enum ServiceError {
 pub struct ServiceEnv {
     /// The run's PostgreSQL pool (its `search_path` is the run's schema).
     pub pg: Option<PgPool>,
-    /// The run's Redis connection.
-    pub redis: Option<redis::aio::MultiplexedConnection>,
+    /// The run's Redis, as this service reaches it (through the fault proxy when the run
+    /// breaks that link).
+    pub redis_url: Option<String>,
     /// Every Redis key the service writes starts with this (`lab:<run>:`).
     pub key_prefix: String,
     /// Base URLs (`http://127.0.0.1:PORT`) of the services it calls, by name.
@@ -163,6 +170,30 @@ impl ServiceEnv {
         })
     }
 
+    /// A connection to the run's Redis that fails fast: a dead Redis costs a command a quarter
+    /// of a second, not the seconds of a client's own retries, and the connection comes back by
+    /// itself once Redis does. Lazy: a service starts even while Redis is unreachable.
+    pub fn redis(
+        &self,
+        service: &'static str,
+    ) -> Result<redis::aio::ConnectionManager, ServiceError> {
+        let url = self.redis_url.as_deref().ok_or(ServiceError::Missing {
+            service,
+            what: "Redis",
+        })?;
+        let client =
+            redis::Client::open(url).map_err(|source| ServiceError::Redis { service, source })?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(REDIS_TIMEOUT))
+            .set_response_timeout(Some(REDIS_TIMEOUT))
+            // Reconnect quickly in the background instead of stalling commands on retries.
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(100));
+        redis::aio::ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|source| ServiceError::Redis { service, source })
+    }
+
     /// The URL of a service this one calls.
     pub fn peer(&self, service: &'static str, peer: &'static str) -> Result<String, ServiceError> {
         self.peers.get(peer).cloned().ok_or(ServiceError::Missing {
@@ -171,6 +202,9 @@ impl ServiceEnv {
         })
     }
 }
+
+/// How long a service's Redis connection may take to connect or to answer one command.
+const REDIS_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// How long a stopping service may take to finish the requests it is serving before they are
 /// cut. A handler paused in step mode is cut, not waited for.

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 async fn start() -> RunningService {
     let env = ServiceEnv {
         pg: None,
-        redis: None,
+        redis_url: None,
         key_prefix: "lab:test:".into(),
         peers: Default::default(),
         voice: Voice::default(),

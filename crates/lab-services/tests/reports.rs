@@ -33,7 +33,7 @@ impl Fixture {
         let checkpoints = Checkpoints::new();
         let env = ServiceEnv {
             pg: space.pg.clone(),
-            redis: None,
+            redis_url: None,
             key_prefix: space.prefix.clone(),
             peers: Default::default(),
             voice: Voice::default(),

@@ -99,20 +99,26 @@ fn judge(library: &Library, report: &RunReport, rendered: &[(Lang, String)]) -> 
 }
 
 fn print_text(name: &str, verdict: &Verdict, bless: bool, color: bool) {
+    // One column for the names, as wide as the longest in the catalogue.
+    let width = lab_scenarios::CATALOGUE
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(0);
     let paint = |s: &str, good: bool| match (color, good) {
         (false, _) => s.to_string(),
         (true, true) => s.green().bold().to_string(),
         (true, false) => s.red().bold().to_string(),
     };
     if bless {
-        say!("{name:<12} {}", paint("blessed", true));
+        say!("{name:<width$} {}", paint("blessed", true));
         return;
     }
     if verdict.ok() {
-        say!("{name:<12} {}", paint("ok (facts, en, ru)", true));
+        say!("{name:<width$} {}", paint("ok (facts, en, ru)", true));
         return;
     }
-    say!("{name:<12} {}", paint("DRIFT", false));
+    say!("{name:<width$} {}", paint("DRIFT", false));
     for problem in &verdict.fact_problems {
         say!("  {problem}");
     }

@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 
 use lab_core::Checkpoints;
 use lab_infra::{Needs, Origin, RunSpace, Servers};
-use lab_scenarios::Faults;
 use lab_scenarios::stage::{self, Ports, Stage, StageConfig};
+use lab_scenarios::{Faults, Hop};
 use lab_services::{ALL, ServiceSpec};
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
@@ -31,6 +31,7 @@ use crate::session::{Failure, Guarded, Mode, Session};
 /// Where the API, each service's proxy and each service listen.
 struct Plan {
     api: u16,
+    redis_hop: u16,
     /// (service, its proxy's port, its own port)
     services: Vec<(&'static ServiceSpec, u16, u16)>,
 }
@@ -54,6 +55,7 @@ impl Plan {
             .collect::<Result<_, Failure>>()?;
         Ok(Plan {
             api: at(4)?,
+            redis_hop: at(9)?,
             services,
         })
     }
@@ -79,6 +81,7 @@ struct Bound {
 
 async fn bind_all(plan: &Plan) -> Result<Bound, Failure> {
     let api = bind(plan.api, "the Toxiproxy API").await?;
+    drop(bind(plan.redis_hop, "the Redis proxy").await?);
     let mut direct = BTreeMap::new();
     for (spec, proxy, own) in &plan.services {
         let listener = bind(*own, &format!("the {} service", spec.name)).await?;
@@ -111,6 +114,12 @@ fn print_endpoints(plan: &Plan, servers: &Servers, space: &RunSpace, stage: &Sta
                 handle.direct
             );
         }
+    }
+    if let Some(hop) = stage.redis_hop() {
+        say!(
+            "  {:<16} proxy \"redis\": {hop} → the services' Redis (cut it to see fail-open)",
+            ""
+        );
     }
     if let Some(url) = &space.pg_url {
         say!("  {:<16} {url}", "PostgreSQL");
@@ -196,15 +205,25 @@ async fn start_services(
     tasks: &TaskTracker,
 ) -> Result<(Stage, Faults), Failure> {
     let faults = Faults::embedded_on(bound.api, "", tasks).map_err(Failure::environment)?;
+    // Every service behind its proxy, and the services' link to Redis behind one too.
+    let hops: Vec<Hop> = ALL
+        .iter()
+        .map(|spec| Hop::Service(spec))
+        .chain(servers.redis.is_some().then_some(Hop::Redis))
+        .collect();
     let config = StageConfig {
         space,
         narrator: Some(session.live_narrator(&session.sink())),
         checkpoints: Checkpoints::new(),
         tasks: tasks.clone(),
         faults: Some(&faults),
-        hops: ALL,
+        hops: &hops,
     };
-    let stage = Stage::start(ALL, &config, Ports::Fixed(bound.direct))
+    let ports = Ports::Fixed {
+        services: bound.direct,
+        redis_hop: format!("127.0.0.1:{}", plan.redis_hop),
+    };
+    let stage = Stage::start(ALL, &config, ports)
         .await
         .map_err(|e| Failure::environment(anyhow::anyhow!("cannot start the services: {e}")))?;
     print_endpoints(plan, servers, space, &stage);

@@ -24,7 +24,7 @@ use super::{
     REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, post_report, request_msg,
     seed_and_claim_a, send_post, show_reports, report_service, worker_client,
 };
-use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 3,
@@ -32,7 +32,7 @@ pub const SCENARIO: Scenario = Scenario {
         postgres: true,
         redis: false,
         services: &[&reports::SPEC],
-        faults: FaultUse::Toxics(&[&reports::SPEC]),
+        faults: FaultUse::Toxics(&[Hop::Service(&reports::SPEC)]),
     },
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };

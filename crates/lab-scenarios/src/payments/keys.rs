@@ -1,0 +1,209 @@
+//! `keys`: one key per payment, and what the payment service does with each kind of retry.
+//!
+//! The client pays with a new key K1: one charge. The same request with K1 again replays the
+//! stored Charge (`Idempotent-Replayed: true`) and the provider is not called. K1 with another
+//! amount is refused with 422: the fingerprint over order, amount and currency differs. A second
+//! payment with the same parameters is a new intent and gets a new key, K2: a second charge.
+//! Three invalid keys (empty, with `:`, 256 characters) get 400 before the coordinator sees them.
+//!
+//! Then two calls with K3 overlap: the first is held inside the charge (at the payment service's
+//! `payments.in_action` checkpoint, after it reserved the key) until the second has been answered:
+//! 409 `payment_in_progress` with `Retry-After: 1`. The first then finishes, and a third call
+//! replays its Charge.
+//!
+//! Broken side: without the 400 guard, the compatible coordinator (idempotency-kit 0.4.1) runs the
+//! action unprotected for an invalid key and stores nothing, so each retry charges again.
+//!
+//! Facts: `replay_same_charge` = true, `changed_amount_status` = 422, `new_key_new_charge` =
+//! true, `invalid_key_statuses` = [400, 400, 400], `in_flight_status` = 409,
+//! `in_flight_retry_after` = "1", `k3_replay_same_charge` = true, `provider_charges` = 3 (the
+//! guarded side), `invalid_key_unguarded_charges` = 2.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lab_core::Msg;
+use lab_services::payments::{self, IN_ACTION};
+use serde_json::json;
+use tokio::sync::Notify;
+
+use super::{
+    AMOUNT, client, configure_payments, patient_client, pay, pay_msg, payment_service,
+    provider_charges, provider_key, send_pay, show_charges, show_records,
+};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+
+pub const SCENARIO: Scenario = Scenario {
+    order: 1,
+    requires: Requires {
+        postgres: false,
+        redis: true,
+        services: &[&payments::SPEC],
+        faults: FaultUse::None,
+    },
+    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+};
+
+const K1: &str = "K1";
+const K2: &str = "K2";
+const K3: &str = "K3";
+/// The amount of the changed request.
+const CHANGED_AMOUNT: i64 = 2490;
+/// A key with a colon: the coordinator's record key is `<prefix><operation>:<key>`.
+const COLON_KEY: &str = "order:1";
+/// A service that never reaches its checkpoint within this is broken, not slow.
+const HOLD_LIMIT: Duration = Duration::from_secs(10);
+
+/// The three invalid keys, and how the narrative names each.
+fn invalid_keys() -> [(String, Msg); 3] {
+    [
+        (String::new(), Msg::new("key.empty")),
+        (COLON_KEY.to_string(), Msg::new("key.colon").arg("key", COLON_KEY)),
+        ("k".repeat(256), Msg::new("key.long").arg("length", 256i64)),
+    ]
+}
+
+async fn run(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+
+    n.step(Msg::new("step.pay").arg("key", K1)).await?;
+    let first = pay(ctx, K1, AMOUNT).await?;
+    show_records(ctx, &[K1]).await?;
+    show_charges(ctx).await?;
+
+    n.step(Msg::new("step.replay").arg("key", K1)).await?;
+    let again = pay(ctx, K1, AMOUNT).await?;
+    n.fact(
+        "replay_same_charge",
+        again.replayed && again.charge_id().is_some() && again.charge_id() == first.charge_id(),
+    );
+
+    n.step(
+        Msg::new("step.changed")
+            .arg("key", K1)
+            .arg("amount", CHANGED_AMOUNT),
+    )
+    .await?;
+    let changed = pay(ctx, K1, CHANGED_AMOUNT).await?;
+    n.fact("changed_amount_status", changed.status.unwrap_or_default());
+
+    n.step(Msg::new("step.new_key").arg("key", K2)).await?;
+    let second = pay(ctx, K2, AMOUNT).await?;
+    show_charges(ctx).await?;
+    n.fact(
+        "new_key_new_charge",
+        second.charge_id().is_some() && second.charge_id() != first.charge_id(),
+    );
+
+    n.step("step.invalid").await?;
+    let mut statuses = Vec::new();
+    for (key, shown) in invalid_keys() {
+        n.note(Msg::new("note.invalid_key").arg("key", shown));
+        let paid = pay(ctx, &key, AMOUNT).await?;
+        statuses.push(paid.status.unwrap_or_default());
+    }
+    n.fact("invalid_key_statuses", statuses);
+
+    let (in_flight, third) = overlap_k3(ctx).await?;
+    n.fact("in_flight_status", in_flight.status.unwrap_or_default());
+    n.fact(
+        "in_flight_retry_after",
+        in_flight.retry_after.clone().unwrap_or_default(),
+    );
+
+    n.step(Msg::new("step.k3_again").arg("key", K3)).await?;
+    let replay = pay(ctx, K3, AMOUNT).await?;
+    n.fact(
+        "k3_replay_same_charge",
+        replay.replayed && replay.charge_id().is_some() && replay.charge_id() == third.charge_id(),
+    );
+    show_records(ctx, &[K1, K2, K3]).await?;
+    let charges = show_charges(ctx).await?;
+    n.fact("provider_charges", charges.len());
+    n.reveal(
+        Msg::new("reveal")
+            .arg("status", in_flight.status.unwrap_or_default())
+            .arg(
+                "retry_after",
+                in_flight.retry_after.clone().unwrap_or_default(),
+            )
+            .arg("charges", charges.len()),
+    )
+    .await?;
+
+    n.side("side.unguarded");
+    configure_payments(ctx, json!({"key_guard": false})).await?;
+    n.step(Msg::new("step.unguarded").arg("key", COLON_KEY))
+        .await?;
+    for _ in 0..2 {
+        pay(ctx, COLON_KEY, AMOUNT).await?;
+    }
+    show_records(ctx, &[COLON_KEY]).await?;
+    let unguarded = provider_charges(ctx, Some(&provider_key(COLON_KEY))).await?;
+    show_charges(ctx).await?;
+    n.fact("invalid_key_unguarded_charges", unguarded.len());
+    n.note(Msg::new("note.unguarded").arg("charges", unguarded.len()));
+
+    n.explain();
+    n.quiz();
+    Ok(())
+}
+
+/// Two calls with K3 at once: the first is held inside the charge until the second has its
+/// answer. Returns the second's answer and the first's.
+async fn overlap_k3(ctx: &Ctx) -> Result<(super::Paid, super::Paid), ScenarioError> {
+    let n = &ctx.narrator;
+    let service = payment_service(ctx)?;
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    ctx.checkpoints.install(IN_ACTION, {
+        let (entered, release) = (entered.clone(), release.clone());
+        Arc::new(move || {
+            let (entered, release) = (entered.clone(), release.clone());
+            Box::pin(async move {
+                entered.notify_one();
+                release.notified().await;
+            })
+        })
+    });
+
+    n.step(Msg::new("step.k3_first").arg("key", K3)).await?;
+    n.request(pay_msg("first", K3, AMOUNT));
+    let first_client = patient_client()?;
+    let first = send_pay(&first_client, service, K3, AMOUNT);
+    tokio::pin!(first);
+    // Drive the first call until it is inside the charge; it cannot finish before `release`.
+    tokio::select! {
+        _ = tokio::time::timeout(HOLD_LIMIT, entered.notified()) => {}
+        done = &mut first => {
+            return Err(ScenarioError::Broken(format!(
+                "the first K3 call finished before it reached the charge: {:?}",
+                done.map(|p| p.status)
+            )));
+        }
+    }
+    ctx.checkpoints.clear(IN_ACTION);
+    show_records(ctx, &[K3]).await?;
+
+    n.predict("predict").await?;
+    n.step(Msg::new("step.k3_second").arg("key", K3)).await?;
+    n.request(pay_msg("second", K3, AMOUNT));
+    let (second, first) = {
+        let second_client = client()?;
+        let second = send_pay(&second_client, service, K3, AMOUNT);
+        // The first call stays held while the second is answered.
+        let second = tokio::select! {
+            second = second => second?,
+            _ = &mut first => {
+                return Err(ScenarioError::Broken("the first K3 call was released early".into()));
+            }
+        };
+        n.response(second.view());
+        n.step("step.k3_release").await?;
+        release.notify_one();
+        let first = first.await?;
+        (second, first)
+    };
+    n.response(first.view());
+    Ok((second, first))
+}
