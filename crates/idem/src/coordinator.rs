@@ -208,7 +208,7 @@ where
 
     /// The Redis key of the fence counter beside that record ([`Ownership::Fenced`]).
     pub fn fence_key(&self, operation: &str, key: &str) -> String {
-        key::fence_key(&self.record_key(operation, key))
+        key::fence_key(&self.prefix, &self.record_key(operation, key))
     }
 
     /// Reads the record for `operation` and `key` (one `GET`), for inspection: what a retry
@@ -257,7 +257,7 @@ where
             ids,
             fingerprint: request.fingerprint,
             ttl: request.ttl,
-            fence_key: key::fence_key(&record_key),
+            fence_key: key::fence_key(&self.prefix, &record_key),
             record_key,
         };
         match self.policy.in_flight {

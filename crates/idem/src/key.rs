@@ -127,32 +127,40 @@ pub fn record_key(prefix: &str, ids: Identifiers<'_>) -> String {
     format!("{prefix}{}:{}", ids.operation, ids.key)
 }
 
-/// The key of the fence counter that belongs to the record at `record_key`.
+/// The key of the fence counter that belongs to the record at `record_key`, whose keys all start
+/// with `prefix`.
 ///
-/// The counter must live in the record's hash slot (one Lua script touches both), and the record
-/// key itself cannot change (Python services read it). Redis hashes only the *hash tag* of a key
-/// when it has one: the text between the first `{` and the first `}` after it, if not empty.
-/// Three cases:
+/// The counter must live in the record's hash slot (one Lua script touches both), the record key
+/// itself cannot change (Python services read it), and the counter's key must start with the
+/// coordinator's prefix too, so that whatever owns the prefix (an ACL key pattern, a cleanup by
+/// `SCAN MATCH <prefix>*`, a lab run's key space) owns the counter as well. Redis hashes only the
+/// *hash tag* of a key when it has one: the text between the first `{` and the first `}` after
+/// it, if not empty. Three cases:
 ///
 /// 1. The record key has a hash tag, e.g. `idempotency:pay:{tenant}x`: append to it,
 ///    `idempotency:pay:{tenant}x:fence`. The first `{…}` is unchanged, so the slot is too.
-/// 2. It has no `}` at all (the usual case): wrap it, `{idempotency:pay:k1}:fence`. The tag is
-///    then the whole record key, and a key without a tag is hashed whole: same slot.
-/// 3. It has a `}` that closes no tag (`a}b`, `{}x`): wrapping would cut the tag at that `}`.
+/// 2. It has no `}` at all (the usual case): the prefix, then the record key as the tag,
+///    `idempotency:{idempotency:pay:k1}:fence`. The tag is the whole record key, and a key
+///    without a tag is hashed whole: same slot.
+/// 3. It has a `}` that closes no tag (`a}b`, `{}x`): as a tag it would be cut at that `}`.
 ///    Instead we look for a short tag with the record key's slot and put the record key after
-///    it: `{4711}:fence:<record key>`. Still one counter per record, in the record's slot. The
-///    search tries about 16 thousand candidates on average, a fraction of a millisecond, and
-///    only for such odd keys.
+///    it: `idempotency:{4711}:fence:<record key>`. Still one counter per record, in the record's
+///    slot. The search tries about 16 thousand candidates on average, a fraction of a
+///    millisecond, and only for such odd keys.
+///
+/// A prefix with a `{` of its own would open the tag too early in cases 2 and 3; there (and only
+/// there) the counter's key starts with the tag instead of the prefix.
 ///
 /// On a single Redis the slot does not matter and the names are simply distinct keys.
-pub fn fence_key(record_key: &str) -> String {
+pub fn fence_key(prefix: &str, record_key: &str) -> String {
+    let lead = if prefix.contains('{') { "" } else { prefix };
     if hash_tag(record_key).is_some() {
         format!("{record_key}:fence")
     } else if !record_key.contains('}') {
-        format!("{{{record_key}}}:fence")
+        format!("{lead}{{{record_key}}}:fence")
     } else {
         let tag = tag_for_slot(hash_slot(record_key));
-        format!("{{{tag}}}:fence:{record_key}")
+        format!("{lead}{{{tag}}}:fence:{record_key}")
     }
 }
 
@@ -313,17 +321,31 @@ mod tests {
             "idempotency:op:x}{y",
             "idempotency:op:{{x}}",
         ];
-        for record in cases {
-            let fence = fence_key(record);
-            assert_ne!(fence, record);
-            assert_eq!(hash_slot(&fence), hash_slot(record), "{record} -> {fence}");
+        for prefix in ["idempotency:", "lab:run1:", "", "odd}prefix:"] {
+            for record in cases {
+                let record = format!("{prefix}{record}");
+                let fence = fence_key(prefix, &record);
+                assert_ne!(fence, record);
+                assert!(
+                    fence.starts_with(prefix),
+                    "{fence} keeps the prefix {prefix}"
+                );
+                assert_eq!(hash_slot(&fence), hash_slot(&record), "{record} -> {fence}");
+            }
         }
-        assert_eq!(fence_key("idempotency:op:k1"), "{idempotency:op:k1}:fence");
+        // A prefix with its own `{`: the slot still matches.
+        let record = "x{y:op:k1";
+        assert_eq!(hash_slot(&fence_key("x{y:", record)), hash_slot(record));
         assert_eq!(
-            fence_key("idempotency:op:{t}k"),
+            fence_key("idempotency:", "idempotency:op:k1"),
+            "idempotency:{idempotency:op:k1}:fence"
+        );
+        assert_eq!(
+            fence_key("idempotency:", "idempotency:op:{t}k"),
             "idempotency:op:{t}k:fence"
         );
-        assert!(fence_key("idempotency:op:a}b").ends_with(":fence:idempotency:op:a}b"));
+        let odd = fence_key("idempotency:", "idempotency:op:a}b");
+        assert!(odd.starts_with("idempotency:{") && odd.ends_with(":fence:idempotency:op:a}b"));
     }
 
     #[test]

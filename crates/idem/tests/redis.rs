@@ -878,7 +878,7 @@ async fn fence_tokens_grow_per_key_and_outlive_the_record() {
     assert_eq!(record.fence, Some(1));
     assert!(record.owner.is_some());
     let counter = coordinator.fence_key("op", "f");
-    assert_eq!(counter, "{idempotency:op:f}:fence");
+    assert_eq!(counter, "idempotency:{idempotency:op:f}:fence");
     assert!(
         pttl(&mut inspector, &counter).await
             > pttl(&mut inspector, &coordinator.record_key("op", "f")).await
