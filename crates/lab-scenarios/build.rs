@@ -74,8 +74,14 @@ fn main() {
             .expect("a topic of the list")
             .1
             .push(format!(
-                "#[path = {:?}]\npub mod {module};\n",
-                path.display().to_string()
+                // A scenario may share its lesson's name (`chain/chain.rs`).
+                "#[path = {:?}]\n{}pub mod {module};\n",
+                path.display().to_string(),
+                if module == *topic {
+                    "#[allow(clippy::module_inception)]\n"
+                } else {
+                    ""
+                },
             ));
         writeln!(
             catalogue,

@@ -68,6 +68,15 @@ impl Ctx {
             .ok_or_else(|| self.undeclared("the fault proxy"))
     }
 
+    /// Redis as the run's services reach it: through the `redis` hop when the scenario breaks
+    /// that link (`Hop::Redis`), else directly. For our own side's workers, which live on the
+    /// same side of the link as the services.
+    pub fn redis_link(&self) -> Result<&str, ScenarioError> {
+        self.stage
+            .redis_url()
+            .ok_or_else(|| self.undeclared("Redis"))
+    }
+
     /// A service the scenario declared, started for this run.
     pub fn service(&self, spec: &ServiceSpec) -> Result<&ServiceHandle, ScenarioError> {
         self.stage

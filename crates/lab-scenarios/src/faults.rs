@@ -209,6 +209,14 @@ impl Faults {
         ])
     }
 
+    /// Takes a hop off the network (refused connections, open ones cut) or puts it back.
+    pub async fn set_enabled(&self, hop: &str, enabled: bool) -> Result<(), ClientError> {
+        self.client
+            .set_enabled(&self.full_name(hop), enabled)
+            .await
+            .map(drop)
+    }
+
     /// Removes a toxic: the hop is healthy again.
     pub async fn remove(&self, toxic: ToxicHandle) -> Result<(), ClientError> {
         self.client.remove_toxic(&toxic.proxy, &toxic.name).await

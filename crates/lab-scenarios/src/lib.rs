@@ -20,12 +20,13 @@
 //!   the checkout when there is one, else the copies embedded at build time.
 //! - Topic folders, one per lesson, each with its helpers, its own tables (`schema.sql`) and its
 //!   scenario modules: [`reports`] (the PostgreSQL background-task lesson), [`payments`] (the
-//!   Redis coordinator lesson).
+//!   Redis coordinator lesson), [`chain`] (a chain of services and a background worker).
 //!
 //! Adding a scenario touches its module and its folder only: see "Adding a scenario" in
 //! `docs/architecture.md`.
 
 pub mod catalogue;
+pub mod chain;
 pub mod ctx;
 pub mod error;
 pub mod faults;

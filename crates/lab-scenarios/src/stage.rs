@@ -184,6 +184,11 @@ impl Stage {
         self.services.iter().find(|s| s.spec.name == spec.name)
     }
 
+    /// How the services reach Redis (through its hop when the run breaks that link).
+    pub fn redis_url(&self) -> Option<&str> {
+        self.redis_url.as_deref()
+    }
+
     /// The Redis proxy's address, when the services reach Redis through one.
     pub fn redis_hop(&self) -> Option<SocketAddr> {
         self.redis_hop

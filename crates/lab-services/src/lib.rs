@@ -17,15 +17,24 @@
 //!   through the Redis coordinator `idem`, in front of the provider.
 //! - [`provider`]: the mock payment provider of the payments lesson (counts its charges,
 //!   deduplicates by key when switched to, answers status queries).
+//! - [`orders`] and [`gateway`]: the chain in front of the payment service, both a [`relay`]:
+//!   the client's key passed down unchanged, answers passed up unchanged, retries bounded by a
+//!   [`retry`] policy with seeded jitter.
+//! - [`mailer`]: the mock mailer of the worker lesson (every request is a new email).
 //! - [`api`]: the JSON error type and body extractor every service shares, so a malformed
 //!   request gets a 4xx with a JSON body, never a 500.
 //! - [`ALL`]: every bundled service, in the order `lab serve` gives them ports.
 
 pub mod api;
+pub mod gateway;
 pub mod http;
+pub mod mailer;
+pub mod orders;
 pub mod payments;
 pub mod provider;
+pub mod relay;
 pub mod reports;
+pub mod retry;
 pub mod spec;
 
 pub use spec::{
@@ -34,4 +43,11 @@ pub use spec::{
 
 /// Every bundled service, in the order `lab serve` numbers their ports (so a new service goes at
 /// the end and no port of an existing one moves).
-pub static ALL: &[&ServiceSpec] = &[&reports::SPEC, &provider::SPEC, &payments::SPEC];
+pub static ALL: &[&ServiceSpec] = &[
+    &reports::SPEC,
+    &provider::SPEC,
+    &payments::SPEC,
+    &orders::SPEC,
+    &gateway::SPEC,
+    &mailer::SPEC,
+];

@@ -165,6 +165,8 @@ pub struct Payments {
     provider_url: String,
     http: reqwest::Client,
     config: Arc<Mutex<PaymentConfig>>,
+    /// Requests received on `POST /payments` (`GET /stats`).
+    requests: Arc<std::sync::atomic::AtomicU64>,
     voice: Voice,
     checkpoints: Checkpoints,
     tasks: TaskTracker,
@@ -206,6 +208,7 @@ impl Payments {
                     source: std::io::Error::other(e),
                 })?,
             config: Arc::default(),
+            requests: Arc::default(),
             voice: env.voice,
             checkpoints: env.checkpoints,
             tasks: env.tasks,
@@ -216,6 +219,7 @@ impl Payments {
         Router::new()
             .route("/payments", post(pay))
             .route("/config", put(set_config).get(get_config))
+            .route("/stats", get(stats))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
@@ -362,6 +366,9 @@ async fn pay(
     headers: HeaderMap,
     JsonBody(payment): JsonBody<Payment>,
 ) -> Result<Response, ApiError> {
+    service
+        .requests
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let (tenant, order) = validate(&payment)?;
     let key = client_key(&headers)?;
     let tasks = service.tasks.clone();
@@ -540,4 +547,9 @@ async fn set_config(
 
 async fn get_config(State(service): State<Payments>) -> Json<PaymentConfig> {
     Json(*service.config.lock())
+}
+
+/// `GET /stats`: how many payment requests this service received.
+async fn stats(State(service): State<Payments>) -> Json<serde_json::Value> {
+    Json(json!({"requests": service.requests.load(std::sync::atomic::Ordering::SeqCst)}))
 }

@@ -203,6 +203,21 @@ impl ServiceEnv {
     }
 }
 
+/// A connection to Redis at `url` that fails fast and reconnects by itself: what the bundled
+/// services (and the lab's own workers) use. Lazy: it connects on first use, so it can be made
+/// while Redis is unreachable.
+pub fn redis_connection(url: &str) -> redis::RedisResult<redis::aio::ConnectionManager> {
+    let client = redis::Client::open(url)?;
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(REDIS_TIMEOUT))
+        .set_response_timeout(Some(REDIS_TIMEOUT))
+        // Reconnect quickly in the background instead of stalling commands on retries.
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(100));
+    redis::aio::ConnectionManager::new_lazy_with_config(client, config)
+}
+
 /// How long a service's Redis connection may take to connect or to answer one command.
 const REDIS_TIMEOUT: Duration = Duration::from_millis(250);
 

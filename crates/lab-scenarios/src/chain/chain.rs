@@ -1,0 +1,147 @@
+//! `chain`: a payment through four real services, two answers lost on the way back.
+//!
+//! Client → gateway → orders → payments → provider, every hop through the fault proxy. Two
+//! one-shot faults lose two answers after the work was done: the payment service's answer to
+//! orders (payments had charged and stored its result), and the orders service's answer to the
+//! gateway (orders had got that result). Each relay retries with its bounded policy and the
+//! client's key unchanged, so the payment service replays instead of charging again: orders is
+//! called twice, payments three times, the provider charges once, and the client gets one
+//! Charge. Broken side: the orders service mints a new key for every attempt; one lost answer
+//! and the provider charges twice.
+//!
+//! Facts: `orders_calls` = 2, `payments_calls` = 3, `provider_charges` = 1, `client_status` =
+//! 200, `new_key_per_hop_charges` = 2, and `faults_fired` = 2.
+
+use std::time::Duration;
+
+use faultproxy::{ArmedFault, Fault};
+use lab_core::Msg;
+use lab_services::{gateway, orders, payments, provider};
+use serde_json::json;
+
+use super::show_requests;
+use crate::payments::{AMOUNT, CURRENCY, Paid, client, payment, provider_charges, show_charges};
+use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+
+pub const SCENARIO: Scenario = Scenario {
+    order: 1,
+    requires: Requires {
+        postgres: false,
+        redis: true,
+        services: &[&gateway::SPEC],
+        faults: FaultUse::OneShot(&[
+            Hop::Service(&gateway::SPEC),
+            Hop::Service(&orders::SPEC),
+            Hop::Service(&payments::SPEC),
+            Hop::Service(&provider::SPEC),
+        ]),
+    },
+    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+};
+
+/// A fault armed for a call that never comes is a broken script, not a slow machine.
+const FIRE_LIMIT: Duration = Duration::from_secs(10);
+
+/// Arms "the answer is lost after the work was done" for the next connection to `hop`.
+fn lose_next_answer(ctx: &Ctx, hop: &str) -> Result<ArmedFault, ScenarioError> {
+    let proxy = ctx
+        .faults()?
+        .embedded_proxy(hop)
+        .ok_or_else(|| ScenarioError::Broken(format!("no embedded proxy on the {hop} hop")))?;
+    Ok(proxy.arm(Fault::ResponseLostAfterCommit, 1))
+}
+
+/// The client pays once through the gateway, narrated.
+async fn checkout(ctx: &Ctx, key: &str) -> Result<Paid, ScenarioError> {
+    let gateway = ctx.service(&gateway::SPEC)?;
+    ctx.narrator.request(
+        Msg::new("call.checkout")
+            .arg("who", Msg::new("who.client"))
+            .arg("key", key)
+            .arg("amount", AMOUNT)
+            .arg("currency", CURRENCY),
+    );
+    let sent = client()?
+        .post(format!("{}/checkout", gateway.url))
+        .header("Idempotency-Key", key)
+        .json(&payment(AMOUNT))
+        .send()
+        .await?;
+    let status = sent.status().as_u16();
+    let replayed = sent
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    let body: serde_json::Value = sent.json().await.unwrap_or_default();
+    let ok = (200..300).contains(&status);
+    let paid = Paid {
+        outcome: if ok {
+            lab_core::Outcome::Ok
+        } else {
+            lab_core::Outcome::Fail
+        },
+        status: Some(status),
+        charge: ok.then(|| serde_json::from_value(body.clone()).ok()).flatten(),
+        replayed,
+        retry_after: None,
+        error: body["error"].as_str().map(str::to_string),
+    };
+    ctx.narrator.response(paid.view());
+    Ok(paid)
+}
+
+async fn fired(fault: &ArmedFault) -> bool {
+    tokio::time::timeout(FIRE_LIMIT, fault.fired()).await.is_ok()
+}
+
+async fn run(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+
+    n.side("side.same_key");
+    let lost_by_payments = lose_next_answer(ctx, payments::NAME)?;
+    let lost_by_orders = lose_next_answer(ctx, orders::NAME)?;
+    n.step("step.setup").await?;
+    n.predict("predict").await?;
+    n.step(Msg::new("step.pay").arg("key", "C1")).await?;
+    let paid = checkout(ctx, "C1").await?;
+    let both_fired = fired(&lost_by_payments).await && fired(&lost_by_orders).await;
+    n.fact("faults_fired", 2 * u32::from(both_fired));
+
+    n.step("step.count").await?;
+    let counts = show_requests(ctx, &[&gateway::SPEC, &orders::SPEC, &payments::SPEC]).await?;
+    let charges = show_charges(ctx).await?;
+    n.fact("orders_calls", counts[1]);
+    n.fact("payments_calls", counts[2]);
+    n.fact("provider_charges", charges.len());
+    n.fact("client_status", paid.status.unwrap_or_default());
+    n.reveal(
+        Msg::new("reveal")
+            .arg("orders", counts[1] as i64)
+            .arg("payments", counts[2] as i64)
+            .arg("charges", charges.len()),
+    )
+    .await?;
+
+    n.side("side.new_key");
+    let url = format!("http://{}/config", ctx.service(&orders::SPEC)?.direct);
+    client()?
+        .put(url)
+        .json(&json!({"mint_keys": true}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let before = provider_charges(ctx, None).await?.len();
+    let lost = lose_next_answer(ctx, payments::NAME)?;
+    n.step(Msg::new("step.mint").arg("key", "C2")).await?;
+    checkout(ctx, "C2").await?;
+    if !fired(&lost).await {
+        return Err(ScenarioError::Broken("the payment service's answer was not lost".into()));
+    }
+    let after = show_charges(ctx).await?.len();
+    n.fact("new_key_per_hop_charges", after - before);
+    n.note(Msg::new("note.mint").arg("charges", after - before));
+
+    n.explain();
+    n.quiz();
+    Ok(())
+}

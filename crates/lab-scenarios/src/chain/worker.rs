@@ -1,0 +1,315 @@
+//! `worker`: an invoice job delivered again after the email went out.
+//!
+//! Invoice jobs go through a real at-least-once queue (Redis Streams, a consumer group, see
+//! [`super::queue`]) to two invoice workers ([`super::invoices`]), which send through the mailer.
+//! Five things happen, each read back from the stream's pending list (`XPENDING`), the mailer's
+//! own list and the dead-letter stream:
+//!
+//! 1. Worker A sends invoice v1 (em_1); the coordinator stores the result; then its `XACK` is
+//!    lost: the lab takes the workers' Redis link off the network at that exact moment (a
+//!    checkpoint before the ack), and puts it back after.
+//! 2. The visibility timeout passes (simulated: the entry's idle time is set) and worker B claims
+//!    the entry (`XAUTOCLAIM`, delivery 2, a new delivery id): the coordinator replays em_1,
+//!    nothing is mailed, B acknowledges.
+//! 3. Invoice v2 is published twice (the producer retried its publish). Worker A's send is held
+//!    inside the mailer call; worker B gets the duplicate, meets the in-progress reservation, and
+//!    does not acknowledge. A finishes (em_2) and acknowledges its entry.
+//! 4. The duplicate comes back after its timeout: worker A replays em_2 and acknowledges.
+//! 5. Invoice v1 again, to another recipient: the fingerprint refuses it; the job goes to the
+//!    dead-letter stream with its reason.
+//!
+//! Facts: `emails_sent` = 2, `v1_redelivery_email_id` = "em_1", `recipient_change_rejected` =
+//! true, `in_progress_not_acked` = true, `all_jobs_settled` = true.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lab_core::{Msg, Table};
+use lab_services::mailer;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::invoices::{BEFORE_ACK, Entries, Handled, InvoiceWorker, SENDING};
+use super::queue::{InvoiceJob, Queue, VISIBILITY_TIMEOUT};
+use crate::payments::{ORDER, TENANT, client, redis};
+use crate::scenario::REDIS_HOP;
+use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+
+pub const SCENARIO: Scenario = Scenario {
+    order: 2,
+    requires: Requires {
+        postgres: false,
+        redis: true,
+        services: &[&mailer::SPEC],
+        faults: FaultUse::Toxics(&[Hop::Redis]),
+    },
+    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+};
+
+const ANNA: &str = "anna@example.com";
+const BORIS: &str = "boris@example.com";
+/// A state the lab waits for that does not come within this is a broken script.
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn job(version: u32, email: &str) -> InvoiceJob {
+    InvoiceJob {
+        tenant_id: TENANT.into(),
+        order_id: ORDER.into(),
+        invoice_version: version,
+        email: email.into(),
+    }
+}
+
+type Conn = redis::aio::ConnectionManager;
+
+struct Setup {
+    /// The queue as the lab sees it: directly, never through the cut link.
+    inspector: Queue<redis::aio::MultiplexedConnection>,
+    a: InvoiceWorker<Conn>,
+    b: InvoiceWorker<Conn>,
+    entries: Entries,
+}
+
+async fn setup(ctx: &Ctx) -> Result<Setup, ScenarioError> {
+    let prefix = &ctx.space.prefix;
+    let inspector = Queue::open(redis(ctx)?, prefix, "invoices").await?;
+    // The workers reach Redis the way the services do: through the link the lab can cut.
+    let link = lab_services::spec::redis_connection(ctx.redis_link()?)?;
+    let mailer_url = ctx.service(&mailer::SPEC)?.url.clone();
+    let entries = Entries::default();
+    let worker = |name| -> Result<InvoiceWorker<Conn>, ScenarioError> {
+        Ok(InvoiceWorker::new(
+            name,
+            inspector.on(link.clone()),
+            link.clone(),
+            &format!("{prefix}{}", idem::DEFAULT_PREFIX),
+            mailer_url.clone(),
+            ctx.narrator.clone(),
+            ctx.checkpoints.clone(),
+            entries.clone(),
+        ))
+    };
+    Ok(Setup {
+        a: worker("a")?,
+        b: worker("b")?,
+        inspector,
+        entries,
+    })
+}
+
+async fn publish(ctx: &Ctx, s: &Setup, job: &InvoiceJob) -> Result<(), ScenarioError> {
+    let id = s.inspector.publish(job).await?;
+    s.entries.add(id);
+    ctx.narrator.note(
+        Msg::new("note.published")
+            .arg("entry", s.entries.count() as i64)
+            .arg("version", i64::from(job.invoice_version))
+            .arg("email", job.email.as_str()),
+    );
+    Ok(())
+}
+
+/// Shows the stream's pending entries list, as `XPENDING` gives it.
+async fn show_pending(ctx: &Ctx, s: &Setup) -> Result<Vec<super::queue::Pending>, ScenarioError> {
+    let pending = s.inspector.pending().await?;
+    ctx.narrator.state(Table {
+        title: Msg::new("table.pending"),
+        columns: ["entry", "consumer", "deliveries"].map(String::from).to_vec(),
+        rows: pending
+            .iter()
+            .map(|p| vec![s.entries.number(&p.entry), p.consumer.clone(), p.count.to_string()])
+            .collect(),
+    });
+    Ok(pending)
+}
+
+/// The mailer's own list of emails.
+async fn emails(ctx: &Ctx) -> Result<Vec<mailer::Email>, ScenarioError> {
+    let direct = ctx.service(&mailer::SPEC)?.direct;
+    let body: Value = client()?
+        .get(format!("http://{direct}/emails"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    serde_json::from_value(body["emails"].clone())
+        .map_err(|e| ScenarioError::Broken(format!("the mailer's list: {e}")))
+}
+
+async fn show_emails(ctx: &Ctx) -> Result<usize, ScenarioError> {
+    let sent = emails(ctx).await?;
+    ctx.narrator.state(Table {
+        title: Msg::new("table.emails"),
+        columns: ["email_id", "to", "subject"].map(String::from).to_vec(),
+        rows: sent
+            .iter()
+            .map(|e| vec![e.email_id.clone(), e.to.clone(), e.subject.clone()])
+            .collect(),
+    });
+    Ok(sent.len())
+}
+
+/// Simulated time: every pending entry looks idle past the visibility timeout.
+async fn timeout_passes(s: &Setup) -> Result<(), ScenarioError> {
+    for pending in s.inspector.pending().await? {
+        s.inspector
+            .age(&pending, VISIBILITY_TIMEOUT + Duration::from_secs(1))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Installs a one-time hook at `point`: signals `entered`, then waits for `release`.
+fn hold_at(ctx: &Ctx, point: &'static str) -> (Arc<Notify>, Arc<Notify>) {
+    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    ctx.checkpoints.install(point, {
+        let (entered, release) = (entered.clone(), release.clone());
+        Arc::new(move || {
+            let (entered, release) = (entered.clone(), release.clone());
+            Box::pin(async move {
+                entered.notify_one();
+                release.notified().await;
+            })
+        })
+    });
+    (entered, release)
+}
+
+fn broken(what: &str) -> ScenarioError {
+    ScenarioError::Broken(what.to_string())
+}
+
+async fn run(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+    let s = setup(ctx).await?;
+    let faults = ctx.faults()?;
+
+    // 1. Sent, stored, and the ack lost.
+    n.step("step.publish_v1").await?;
+    publish(ctx, &s, &job(1, ANNA)).await?;
+    n.step("step.a_sends").await?;
+    let (at_ack, ack_goes_on) = hold_at(ctx, BEFORE_ACK);
+    let first = s.a.take_new();
+    tokio::pin!(first);
+    tokio::select! {
+        reached = tokio::time::timeout(LIMIT, at_ack.notified()) => {
+            reached.map_err(|_| broken("worker A never reached its ack"))?;
+        }
+        _ = &mut first => return Err(broken("worker A finished before its ack")),
+    }
+    ctx.checkpoints.clear(BEFORE_ACK);
+    faults.set_enabled(REDIS_HOP, false).await?;
+    n.note("note.link_cut");
+    ack_goes_on.notify_one();
+    let first = first.await?;
+    faults.set_enabled(REDIS_HOP, true).await?;
+    n.note("note.link_back");
+    if !matches!(first, Some(Handled::Sent { acked: false, .. })) {
+        return Err(broken("the first ack was not lost"));
+    }
+    show_pending(ctx, &s).await?;
+    show_emails(ctx).await?;
+
+    // 2. The redelivery replays.
+    n.predict("predict").await?;
+    n.step("step.redelivery").await?;
+    timeout_passes(&s).await?;
+    let redelivered = s.b.take_redelivered().await?;
+    let v1_again = match &redelivered {
+        Some(Handled::Replayed { email_id, .. } | Handled::Sent { email_id, .. }) => {
+            email_id.clone()
+        }
+        _ => String::new(),
+    };
+    n.fact("v1_redelivery_email_id", v1_again.as_str());
+    show_pending(ctx, &s).await?;
+    let after_redelivery = show_emails(ctx).await?;
+    n.reveal(
+        Msg::new("reveal")
+            .arg("id", v1_again.as_str())
+            .arg("emails", after_redelivery),
+    )
+    .await?;
+
+    // 3. A duplicate meets a send in progress.
+    n.step("step.publish_v2").await?;
+    publish(ctx, &s, &job(2, ANNA)).await?;
+    publish(ctx, &s, &job(2, ANNA)).await?;
+    let (sending, send_goes_on) = hold_at(ctx, SENDING);
+    let a_sends = s.a.take_new();
+    tokio::pin!(a_sends);
+    tokio::select! {
+        reached = tokio::time::timeout(LIMIT, sending.notified()) => {
+            reached.map_err(|_| broken("worker A never started sending v2"))?;
+        }
+        _ = &mut a_sends => return Err(broken("worker A finished v2 before sending")),
+    }
+    ctx.checkpoints.clear(SENDING);
+    n.step("step.b_meets").await?;
+    let b_meets = tokio::select! {
+        handled = s.b.take_new() => handled?,
+        _ = &mut a_sends => return Err(broken("worker A's send was released early")),
+    };
+    let pending = show_pending(ctx, &s).await?;
+    // The duplicate of v2 is the third entry published.
+    let duplicate = s.entries.id(3).unwrap_or_default();
+    n.fact(
+        "in_progress_not_acked",
+        b_meets == Some(Handled::InProgress)
+            && pending.iter().any(|p| p.entry == duplicate && p.consumer == "b"),
+    );
+    n.step("step.a_finishes").await?;
+    send_goes_on.notify_one();
+    a_sends.await?;
+    show_pending(ctx, &s).await?;
+
+    // 4. The duplicate comes back, and replays.
+    n.step("step.comes_back").await?;
+    timeout_passes(&s).await?;
+    s.a.take_redelivered().await?;
+    show_pending(ctx, &s).await?;
+
+    // 5. Another recipient for version 1.
+    n.step("step.recipient").await?;
+    publish(ctx, &s, &job(1, BORIS)).await?;
+    let before = emails(ctx).await?.len();
+    let refused = s.b.take_new().await?;
+    let dead = s.inspector.dead_letters().await?;
+    show_dead_letters(ctx, &dead);
+    n.fact(
+        "recipient_change_rejected",
+        refused == Some(Handled::Rejected)
+            && dead.iter().any(|(job, _)| job.email == BORIS)
+            && emails(ctx).await?.len() == before,
+    );
+
+    n.step("step.settled").await?;
+    let pending = show_pending(ctx, &s).await?;
+    let undelivered = s.inspector.undelivered().await?;
+    let sent = show_emails(ctx).await?;
+    n.fact("emails_sent", sent);
+    n.fact("all_jobs_settled", pending.is_empty() && undelivered == 0);
+    n.note(
+        Msg::new("note.settled")
+            .arg("pending", pending.len())
+            .arg("undelivered", undelivered as i64)
+            .arg("emails", sent),
+    );
+    n.explain();
+    n.quiz();
+    Ok(())
+}
+
+fn show_dead_letters(ctx: &Ctx, dead: &[(InvoiceJob, String)]) {
+    ctx.narrator.state(Table {
+        title: Msg::new("table.dead_letters"),
+        columns: ["invoice_version", "email", "reason"].map(String::from).to_vec(),
+        rows: dead
+            .iter()
+            .map(|(job, reason)| {
+                vec![job.invoice_version.to_string(), job.email.clone(), reason.clone()]
+            })
+            .collect(),
+    });
+}

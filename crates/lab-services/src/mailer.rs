@@ -1,0 +1,148 @@
+//! The mock mailer of the worker lesson: the outside world that actually sends an email.
+//!
+//! `POST /emails {"to", "subject"}` sends an email and answers `{"email_id": "em_N"}`, numbered
+//! from 1 in each run. It does not deduplicate: every request is a new email in someone's inbox,
+//! which is what makes a redelivered job dangerous. `GET /emails` is its own list (the count the
+//! lab reads its facts from).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lab_core::Msg;
+use lab_infra::Needs;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
+use crate::spec::{ServiceEnv, ServiceError, ServiceSpec, Voice};
+
+/// The service's name: in narration, and the name of its fault-proxy hop.
+pub const NAME: &str = "mailer";
+
+/// The mailer, as the lab starts it.
+pub static SPEC: ServiceSpec = ServiceSpec {
+    name: NAME,
+    title: "mailer",
+    needs: Needs {
+        postgres: false,
+        redis: false,
+    },
+    schema: "",
+    calls: &[],
+    checkpoints: &[],
+    demo: r#"  # every request is a new email: send twice, count two
+  curl -s -X POST {url}/emails -H 'Content-Type: application/json' -d '{"to":"anna@example.com","subject":"Invoice"}'
+  curl -s {direct}/emails"#,
+    router: |env| Ok(Mailer::from_env(env)?.router()),
+};
+
+/// An email to send.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct EmailRequest {
+    pub to: String,
+    pub subject: String,
+}
+
+/// An email the mailer sent.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Email {
+    pub email_id: String,
+    pub to: String,
+    pub subject: String,
+}
+
+/// The mailer's state: the emails it sent.
+#[derive(Clone)]
+pub struct Mailer {
+    sent: Arc<Mutex<Vec<Email>>>,
+    voice: Voice,
+}
+
+impl Mailer {
+    pub fn from_env(env: ServiceEnv) -> Result<Mailer, ServiceError> {
+        Ok(Mailer {
+            sent: Arc::default(),
+            voice: env.voice,
+        })
+    }
+
+    pub fn router(self) -> Router {
+        Router::new()
+            .route("/emails", post(send).get(list))
+            .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .with_state(self)
+    }
+}
+
+fn validate(email: &EmailRequest) -> Result<(), ApiError> {
+    let invalid = |message: &str| {
+        ApiError::client(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            message.to_string(),
+        )
+    };
+    let (local, domain) = email.to.split_once('@').unwrap_or_default();
+    if local.is_empty()
+        || !domain.contains('.')
+        || email.to.len() > 254
+        || email
+            .to
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace())
+    {
+        return Err(invalid("to must be an email address"));
+    }
+    if email.subject.trim().is_empty()
+        || email.subject.len() > 200
+        || email.subject.chars().any(char::is_control)
+    {
+        return Err(invalid("subject must be 1 to 200 printable characters"));
+    }
+    Ok(())
+}
+
+/// `POST /emails`: sends, every time.
+async fn send(
+    State(mailer): State<Mailer>,
+    JsonBody(request): JsonBody<EmailRequest>,
+) -> Result<Response, ApiError> {
+    validate(&request)?;
+    let email = {
+        let mut sent = mailer.sent.lock();
+        let email = Email {
+            email_id: format!("em_{}", sent.len() + 1),
+            to: request.to,
+            subject: request.subject,
+        };
+        sent.push(email.clone());
+        email
+    };
+    mailer
+        .voice
+        .tell(
+            NAME,
+            Msg::new("mailer.sent")
+                .arg("id", &email.email_id)
+                .arg("to", &email.to),
+        )
+        .await;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"email_id": email.email_id})),
+    )
+        .into_response())
+}
+
+/// `GET /emails`: every email sent, and the count.
+async fn list(State(mailer): State<Mailer>) -> Json<serde_json::Value> {
+    let sent = mailer.sent.lock().clone();
+    Json(json!({"count": sent.len(), "emails": sent}))
+}
