@@ -12,11 +12,14 @@ use lab_services::{RunningService, ServiceEnv, Voice, launch, orders, payments};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+/// An answer of the service below: status, headers, body.
+type Answer = (StatusCode, Vec<(&'static str, &'static str)>, Value);
+
 /// What the service below answers to its n-th request (from 0), and the keys it saw.
 #[derive(Clone)]
 struct Below {
     keys: Arc<Mutex<Vec<String>>>,
-    answer: fn(usize) -> (StatusCode, Vec<(&'static str, &'static str)>, Value),
+    answer: fn(usize) -> Answer,
 }
 
 async fn start_below(below: Below) -> String {
