@@ -64,6 +64,13 @@ pub struct Global {
     /// Pause after every step, inside services and before each answer (Enter: go on, q: quit)
     #[arg(long, global = true)]
     pub step: bool,
+    /// Ask each prediction and read the answer (a letter) from stdin, grade it, and print the
+    /// score at the end; without --step, only predictions pause
+    #[arg(long, global = true)]
+    pub quiz: bool,
+    /// Show the model answer under each "check your understanding" question
+    #[arg(long, global = true)]
+    pub answers: bool,
     /// Use this PostgreSQL instead of a throwaway one (postgresql:// or postgresql+psycopg://)
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,

@@ -195,6 +195,10 @@ pub struct Session {
     pub lang: Lang,
     pub color: bool,
     pub format: FormatArg,
+    /// Show the quiz's model answers (`--answers`).
+    pub answers: bool,
+    /// Grade the predictions and print the score (`--quiz`).
+    pub quiz: bool,
     pub library: Library,
     /// Pauses in step mode (`--step`, live only); never pauses otherwise.
     pub gate: Gate,
@@ -214,15 +218,18 @@ impl Session {
         let lang = lang(global);
         let color = color(global);
         let library = library()?;
-        let gate = if global.step && mode == Mode::Live {
-            stepping_gate(&library, lang)
-        } else {
-            Gate::default()
+        let gate = match (mode, global.step, global.quiz) {
+            (Mode::Headless, _, _) => Gate::default(),
+            (Mode::Live, true, _) => Gate::stepping(stdin(), prompt(&library, lang)),
+            (Mode::Live, false, true) => Gate::quizzing(stdin(), prompt(&library, lang)),
+            (Mode::Live, false, false) => Gate::default(),
         };
         Ok(Session {
             lang,
             color,
             format: global.format,
+            answers: global.answers,
+            quiz: global.quiz,
             library,
             gate,
             config: RunConfig {
@@ -238,14 +245,13 @@ impl Session {
     /// The live renderer on stdout.
     pub fn sink(&self) -> SharedSink {
         let renderer = match self.format {
-            FormatArg::Text => Renderer::Text(TextRenderer::new(
-                self.library.texts.clone(),
-                self.lang,
-                self.color,
-            )),
-            FormatArg::Json => {
-                Renderer::Json(JsonRenderer::new(self.library.texts.clone(), self.lang))
-            }
+            FormatArg::Text => Renderer::Text(
+                TextRenderer::new(self.library.texts.clone(), self.lang, self.color)
+                    .with_answers(self.answers),
+            ),
+            FormatArg::Json => Renderer::Json(
+                JsonRenderer::new(self.library.texts.clone(), self.lang).with_answers(self.answers),
+            ),
         };
         Arc::new(parking_lot::Mutex::new(WriteSink::new(
             renderer,
@@ -428,21 +434,23 @@ pub fn toxiproxy_url(global: &Global) -> Result<Option<String>, Failure> {
     Ok(Some(given.trim_end_matches('/').to_string()))
 }
 
-/// The gate for `--step`: prompts in the learner's language, answers from stdin.
-fn stepping_gate(library: &Library, lang: Lang) -> Gate {
+/// Where step mode and quizzes read the learner's answers.
+fn stdin() -> BufReader<tokio::io::Stdin> {
+    BufReader::new(tokio::io::stdin())
+}
+
+/// The prompts of `--step` and `--quiz`, in the learner's language.
+fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
     let texts = library.texts.clone();
-    Gate::stepping(
-        BufReader::new(tokio::io::stdin()),
-        Box::new(move |pause| {
-            let key = match pause {
-                Pause::Step => "gate.step",
-                Pause::Service => "gate.service",
-                Pause::Predict => "gate.predict",
-                Pause::Reveal => "gate.reveal",
-            };
-            texts.render(COMMON, lang, &Msg::new(key))
-        }),
-    )
+    Box::new(move |pause| {
+        let key = match pause {
+            Pause::Step => "gate.step",
+            Pause::Service => "gate.service",
+            Pause::Predict => "gate.predict",
+            Pause::Reveal => "gate.reveal",
+        };
+        texts.render(COMMON, lang, &Msg::new(key))
+    })
 }
 
 /// Says that lab was interrupted and everything is cleaned up; the exit code for it.

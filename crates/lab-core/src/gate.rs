@@ -42,6 +42,8 @@ pub struct Gate {
 }
 
 struct Stepper {
+    /// Pause only at these (`None`: everywhere). A quiz pauses only at predictions.
+    only: Option<Pause>,
     /// One reader for every pause: concurrent pauses (two requests inside a service) each take
     /// their own line, in turn.
     input: Mutex<Box<dyn AsyncBufRead + Send + Unpin>>,
@@ -55,8 +57,22 @@ impl Gate {
     /// A gate that pauses, reading answers from `input` and printing prompts to stderr (stdout
     /// carries the narrative, which may be JSON).
     pub fn stepping(input: impl AsyncBufRead + Send + Unpin + 'static, prompt: Prompt) -> Gate {
+        Gate::with_pauses(None, input, prompt)
+    }
+
+    /// A gate that pauses only at predictions, to read the learner's answers (`--quiz`).
+    pub fn quizzing(input: impl AsyncBufRead + Send + Unpin + 'static, prompt: Prompt) -> Gate {
+        Gate::with_pauses(Some(Pause::Predict), input, prompt)
+    }
+
+    fn with_pauses(
+        only: Option<Pause>,
+        input: impl AsyncBufRead + Send + Unpin + 'static,
+        prompt: Prompt,
+    ) -> Gate {
         Gate {
             stepper: Some(Arc::new(Stepper {
+                only,
                 input: Mutex::new(Box::new(input)),
                 prompt,
                 exhausted: AtomicBool::new(false),
@@ -74,6 +90,9 @@ impl Gate {
         let Some(stepper) = &self.stepper else {
             return Ok(String::new());
         };
+        if stepper.only.is_some_and(|only| only != kind) {
+            return Ok(String::new());
+        }
         if *stepper.quit.borrow() {
             return Err(Quit);
         }
@@ -147,6 +166,15 @@ mod tests {
         assert!(gate.pause(Pause::Step).await.is_ok());
         assert!(gate.pause(Pause::Step).await.is_ok());
         assert!(gate.pause(Pause::Reveal).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_quiz_pauses_only_at_predictions() {
+        let gate = Gate::quizzing("b\nc\n".as_bytes(), Box::new(|_| String::new()));
+        assert_eq!(gate.pause(Pause::Step).await, Ok(String::new()));
+        assert_eq!(gate.pause(Pause::Predict).await, Ok("b".to_string()));
+        assert_eq!(gate.pause(Pause::Reveal).await, Ok(String::new()));
+        assert_eq!(gate.pause(Pause::Predict).await, Ok("c".to_string()));
     }
 
     #[tokio::test]

@@ -157,6 +157,34 @@ impl Texts {
             .collect()
     }
 
+    /// The right option of a prediction (`<prefix>.answer`, a letter `a`, `b`, …) and its text.
+    pub fn prediction(&self, scope: &str, lang: Lang, prefix: &str) -> Option<(char, String)> {
+        let letter = self
+            .get(scope, lang, &format!("{prefix}.answer"))?
+            .trim()
+            .chars()
+            .next()?
+            .to_ascii_lowercase();
+        let index = (letter as usize).checked_sub('a' as usize)?;
+        let option = self
+            .list(scope, lang, &format!("{prefix}.options"))
+            .into_iter()
+            .nth(index)?;
+        Some((letter, option))
+    }
+
+    /// Grades a learner's answer to a prediction: `Some(true)` when it names the right option
+    /// (its letter, in either case, with or without a `)`), `None` when the scope has no answer
+    /// key or the learner gave none.
+    pub fn grade(&self, scope: &str, lang: Lang, prefix: &str, answer: &str) -> Option<bool> {
+        let (right, _) = self.prediction(scope, lang, prefix)?;
+        let given = answer.trim().trim_end_matches(')').trim();
+        if given.is_empty() {
+            return None;
+        }
+        Some(given.len() == 1 && given.eq_ignore_ascii_case(&right.to_string()))
+    }
+
     /// The keys of one scope's catalogue (used by tests that compare languages).
     pub fn keys(&self, scope: &str, lang: Lang) -> Vec<&str> {
         self.catalogs

@@ -1,9 +1,11 @@
 //! `lab run NAME...`: run scenarios, narrated, on one set of servers.
 
+use lab_core::text::COMMON;
+use lab_core::{Event, Msg};
 use lab_infra::url::redact;
 use lab_scenarios::{KeptRun, ScenarioError};
 
-use crate::cli::{Global, exit};
+use crate::cli::{FormatArg, Global, exit};
 use crate::session::{self, Failure, Guarded, Mode, Session};
 
 /// Tells how to look at a kept run (on stderr: run ids are not part of the narrative). A
@@ -26,6 +28,57 @@ fn print_kept(kept: &KeptRun) {
     }
 }
 
+/// The learner's predictions in this call: how many were asked and how many answered right.
+#[derive(Default)]
+struct Score {
+    asked: usize,
+    right: usize,
+}
+
+impl Score {
+    /// Grades the answers typed during one scenario against its answer key.
+    fn add(&mut self, session: &Session, report: &lab_scenarios::RunReport) {
+        let mut asked: Option<&str> = None;
+        for event in &report.events {
+            match event {
+                Event::Predict { prefix } => {
+                    self.asked += 1;
+                    asked = Some(prefix);
+                }
+                Event::LearnerAnswer { answer } => {
+                    let graded = asked.take().and_then(|prefix| {
+                        session
+                            .library
+                            .texts
+                            .grade(report.name, session.lang, prefix, answer)
+                    });
+                    self.right += usize::from(graded == Some(true));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn print(&self, session: &Session) {
+        match session.format {
+            FormatArg::Json => say!(
+                "{}",
+                serde_json::json!({"event": "score", "right": self.right, "asked": self.asked})
+            ),
+            FormatArg::Text => {
+                let line = session.library.texts.render(
+                    COMMON,
+                    session.lang,
+                    &Msg::new("label.score")
+                        .arg("right", self.right)
+                        .arg("asked", self.asked),
+                );
+                say!("\n{line}");
+            }
+        }
+    }
+}
+
 pub async fn run(global: &Global, names: &[String]) -> Result<u8, Failure> {
     let session = Session::open(global, Mode::Live)?;
     let scenarios = session::resolve(names)?;
@@ -37,6 +90,7 @@ pub async fn run(global: &Global, names: &[String]) -> Result<u8, Failure> {
     let sink = session.sink();
     let work = async {
         let mut all_passed = true;
+        let mut score = Score::default();
         for &scenario in &scenarios {
             let narrator = session.live_narrator(&sink);
             let report = lab_scenarios::run(
@@ -50,7 +104,11 @@ pub async fn run(global: &Global, names: &[String]) -> Result<u8, Failure> {
             if let Some(kept) = &report.kept {
                 print_kept(kept);
             }
+            score.add(&session, &report);
             all_passed &= report.passed;
+        }
+        if session.quiz {
+            score.print(&session);
         }
         Ok::<bool, ScenarioError>(all_passed)
     };

@@ -15,6 +15,11 @@ pub struct JsonRenderer {
     texts: Arc<Texts>,
     lang: Lang,
     scope: String,
+    /// The prediction asked last, and the learner's answer to it, for grading at the reveal.
+    prediction: Option<String>,
+    learner: Option<String>,
+    /// Include the model answers of the quiz (`--answers`).
+    answers: bool,
 }
 
 impl JsonRenderer {
@@ -23,7 +28,16 @@ impl JsonRenderer {
             texts,
             lang,
             scope: COMMON.to_string(),
+            prediction: None,
+            learner: None,
+            answers: false,
         }
+    }
+
+    /// Includes the model answer of each quiz question.
+    pub fn with_answers(mut self, answers: bool) -> JsonRenderer {
+        self.answers = answers;
+        self
     }
 
     fn t(&self, msg: &Msg) -> String {
@@ -39,6 +53,8 @@ impl JsonRenderer {
         match event {
             Event::Start { scenario } => {
                 self.scope = scenario.clone();
+                self.prediction = None;
+                self.learner = None;
                 json!({"event": "start", "scenario": scenario, "title": self.key("title"), "story": reflow(&self.key("story"))})
             }
             Event::Side { text } => json!({"event": "side", "text": self.t(text)}),
@@ -74,21 +90,47 @@ impl JsonRenderer {
                 "rows": table.rows,
             }),
             Event::Note { text } => json!({"event": "note", "text": reflow(&self.t(text))}),
-            Event::Predict { prefix } => json!({
-                "event": "predict",
-                "question": self.key(&format!("{prefix}.question")),
-                "options": self.texts.list(&self.scope, self.lang, &format!("{prefix}.options")),
-            }),
-            Event::LearnerAnswer { answer } => json!({"event": "learner_answer", "answer": answer}),
+            Event::Predict { prefix } => {
+                self.prediction = Some(prefix.clone());
+                self.learner = None;
+                json!({
+                    "event": "predict",
+                    "question": self.key(&format!("{prefix}.question")),
+                    "options": self.texts.list(&self.scope, self.lang, &format!("{prefix}.options")),
+                })
+            }
+            Event::LearnerAnswer { answer } => {
+                self.learner = Some(answer.clone());
+                json!({"event": "learner_answer", "answer": answer})
+            }
             Event::Reveal { answer } => {
-                json!({"event": "reveal", "answer": reflow(&self.t(answer))})
+                let prefix = self.prediction.clone().unwrap_or_else(|| "predict".into());
+                let right = self.texts.prediction(&self.scope, self.lang, &prefix);
+                let learner_right = self
+                    .learner
+                    .take()
+                    .and_then(|given| self.texts.grade(&self.scope, self.lang, &prefix, &given));
+                json!({
+                    "event": "reveal",
+                    "right": right.as_ref().map(|(letter, _)| letter.to_string()),
+                    "right_option": right.map(|(_, option)| option),
+                    "learner_right": learner_right,
+                    "answer": reflow(&self.t(answer)),
+                })
             }
             Event::Fact { name, value } => json!({"event": "fact", "name": name, "value": value}),
             Event::Explain => json!({"event": "explain", "text": reflow(&self.key("explain"))}),
-            Event::Quiz => json!({
-                "event": "quiz",
-                "questions": self.texts.list(&self.scope, self.lang, "quiz"),
-            }),
+            Event::Quiz => {
+                let mut quiz = json!({
+                    "event": "quiz",
+                    "questions": self.texts.list(&self.scope, self.lang, "quiz"),
+                });
+                if self.answers {
+                    quiz["answers"] =
+                        json!(self.texts.list(&self.scope, self.lang, "quiz_answers"));
+                }
+                quiz
+            }
             Event::Summary {
                 scenario,
                 facts,

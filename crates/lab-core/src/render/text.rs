@@ -24,6 +24,14 @@ pub struct TextRenderer {
     /// What was rendered last ended with a blank line: a block that wants one before it (a side
     /// heading, a question, the explanation) does not add a second.
     ends_blank: bool,
+    /// The prediction asked last (its key prefix), for grading at the reveal.
+    prediction: Option<String>,
+    /// What the learner answered to it, if anything.
+    learner: Option<String>,
+    /// Show the model answer under each quiz question (`--answers`).
+    answers: bool,
+    /// The last snapshot of each table (by title), to show what changed since.
+    tables: std::collections::HashMap<String, Table>,
 }
 
 /// Renders a whole recorded run without colour (what `lab check` compares).
@@ -74,7 +82,17 @@ impl TextRenderer {
             color,
             scope: COMMON.to_string(),
             ends_blank: false,
+            prediction: None,
+            learner: None,
+            answers: false,
+            tables: std::collections::HashMap::new(),
         }
+    }
+
+    /// Shows the model answer under each quiz question.
+    pub fn with_answers(mut self, answers: bool) -> TextRenderer {
+        self.answers = answers;
+        self
     }
 
     fn t(&self, msg: &Msg) -> String {
@@ -160,6 +178,9 @@ impl TextRenderer {
         match event {
             Event::Start { scenario } => {
                 self.scope = scenario.clone();
+                self.prediction = None;
+                self.learner = None;
+                self.tables.clear();
                 let title = format!("━━ {scenario} · {} ━━", self.key("title"));
                 format!(
                     "\n{}\n\n{}\n",
@@ -210,9 +231,14 @@ impl TextRenderer {
                 );
                 format!("      {}\n", self.paint(&line, Style::Dim))
             }
-            Event::State { table } => self.table(table),
+            Event::State { table } => {
+                let previous = self.tables.insert(table.title.key.clone(), table.clone());
+                self.table(table, previous.as_ref())
+            }
             Event::Note { text } => Self::wrap(&reflow(&self.t(text)), "    ", "    "),
             Event::Predict { prefix } => {
+                self.prediction = Some(prefix.clone());
+                self.learner = None;
                 let label = format!("? {}: ", self.key("label.predict"));
                 let question = Self::wrap(
                     &self.key(&format!("{prefix}.question")),
@@ -239,18 +265,10 @@ impl TextRenderer {
                 out
             }
             Event::LearnerAnswer { answer } => {
+                self.learner = Some(answer.clone());
                 format!("    {}: {answer}\n", self.key("label.your_answer"))
             }
-            Event::Reveal { answer } => {
-                let label = format!("! {}: ", self.key("label.answer"));
-                let answer = Self::wrap(&reflow(&self.t(answer)), &format!(" {label}"), "   ");
-                let answer = answer.replacen(
-                    &label,
-                    &format!("{} ", self.paint(label.trim_end(), Style::Answer)),
-                    1,
-                );
-                format!("{}{answer}\n", self.gap())
-            }
+            Event::Reveal { answer } => self.reveal(answer),
             // Facts are shown together in the summary table.
             Event::Fact { .. } => String::new(),
             Event::Explain => format!(
@@ -265,6 +283,7 @@ impl TextRenderer {
                     self.gap(),
                     self.paint(&self.key("label.quiz"), Style::Title)
                 );
+                let models = self.texts.list(&self.scope, self.lang, "quiz_answers");
                 for (i, q) in self
                     .texts
                     .list(&self.scope, self.lang, "quiz")
@@ -272,6 +291,16 @@ impl TextRenderer {
                     .enumerate()
                 {
                     out.push_str(&Self::wrap(q, &format!("  {}. ", i + 1), "     "));
+                    if self.answers
+                        && let Some(model) = models.get(i)
+                    {
+                        let label = format!("{}: ", self.key("label.model_answer"));
+                        out.push_str(&Self::wrap(
+                            model,
+                            &format!("     {}", self.paint(&label, Style::Answer)),
+                            "     ",
+                        ));
+                    }
                 }
                 out
             }
@@ -284,7 +313,79 @@ impl TextRenderer {
         }
     }
 
-    fn table(&self, table: &Table) -> String {
+    /// The answer to the prediction: the right option (from the scenario's answer key), the
+    /// explanation built from measured values, and, when the learner answered, whether they were
+    /// right.
+    fn reveal(&mut self, answer: &Msg) -> String {
+        let label = format!("! {}: ", self.key("label.answer"));
+        let prefix = self.prediction.clone().unwrap_or_else(|| "predict".into());
+        let right = self.texts.prediction(&self.scope, self.lang, &prefix);
+        let mut out = self.gap().to_string();
+        let painted = format!("{} ", self.paint(label.trim_end(), Style::Answer));
+        match &right {
+            Some((letter, option)) => {
+                let line = Self::wrap(&format!("{letter}) {option}"), &format!(" {label}"), "   ");
+                out.push_str(&line.replacen(&label, &painted, 1));
+                out.push_str(&Self::wrap(&reflow(&self.t(answer)), "   ", "   "));
+            }
+            None => {
+                let text = Self::wrap(&reflow(&self.t(answer)), &format!(" {label}"), "   ");
+                out.push_str(&text.replacen(&label, &painted, 1));
+            }
+        }
+        if let Some(given) = self.learner.take()
+            && let Some(right) = self.texts.grade(&self.scope, self.lang, &prefix, &given)
+        {
+            let (key, style) = if right {
+                ("label.learner_right", Style::Ok)
+            } else {
+                ("label.learner_wrong", Style::Fail)
+            };
+            let verdict = self.t(&Msg::new(key).arg("answer", given.as_str()));
+            out.push_str(&format!("   {}\n", self.paint(&verdict, style)));
+        }
+        out.push('\n');
+        out
+    }
+
+    /// A table, with what changed since the previous snapshot of the same table: a changed cell
+    /// shows `old→new`, a row that was not there before is marked `+`. Rows are matched by their
+    /// first column (an id, a key).
+    fn table(&self, table: &Table, previous: Option<&Table>) -> String {
+        let previous = previous.filter(|p| p.columns == table.columns);
+        let mut marks = vec![" "; table.rows.len()];
+        let mut rows = table.rows.clone();
+        if let Some(previous) = previous {
+            for (i, row) in rows.iter_mut().enumerate() {
+                let before = previous
+                    .rows
+                    .iter()
+                    .find(|p| !p.is_empty() && p.first() == row.first());
+                match before {
+                    None => marks[i] = "+",
+                    Some(before) => {
+                        for (cell, old) in row.iter_mut().zip(before) {
+                            if cell != old {
+                                *cell = format!("{old}→{cell}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let changed = previous.is_some() && rows != table.rows || marks.contains(&"+");
+        let table = Table {
+            title: table.title.clone(),
+            columns: table.columns.clone(),
+            rows,
+        };
+        let gutter = |mark: &str| {
+            if changed {
+                format!("{mark} ")
+            } else {
+                String::new()
+            }
+        };
         let mut widths: Vec<usize> = table.columns.iter().map(|c| c.chars().count()).collect();
         for row in &table.rows {
             for (i, cell) in row.iter().enumerate() {
@@ -303,12 +404,17 @@ impl TextRenderer {
         };
         let mut out = format!("    ┌ {}\n", self.t(&table.title));
         let header = line(&table.columns);
-        let _ = writeln!(out, "    │ {}", self.paint(&header, Style::Dim));
+        let _ = writeln!(
+            out,
+            "    │ {}{}",
+            gutter(" "),
+            self.paint(&header, Style::Dim)
+        );
         if table.rows.is_empty() {
-            let _ = writeln!(out, "    │ {}", self.key("label.no_rows"));
+            let _ = writeln!(out, "    │ {}{}", gutter(" "), self.key("label.no_rows"));
         }
-        for row in &table.rows {
-            let _ = writeln!(out, "    │ {}", line(row));
+        for (row, mark) in table.rows.iter().zip(&marks) {
+            let _ = writeln!(out, "    │ {}{}", gutter(mark), line(row));
         }
         out
     }
