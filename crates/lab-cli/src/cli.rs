@@ -89,12 +89,21 @@ pub struct Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List every scenario with a one-line summary
-    List,
+    List {
+        /// Also list each scenario's knobs (what `lab run NAME --set` may change) and defaults
+        #[arg(long)]
+        knobs: bool,
+    },
     /// Run scenarios (or `all`), narrated, on one set of servers
     Run {
         /// Scenario names, or `all`
         #[arg(required = true, value_name = "NAME")]
         names: Vec<String>,
+        /// Change a scenario's knob for this run, e.g. `--set client_timeout_ms=2000` (repeat
+        /// for several; `lab list --knobs` shows them); the facts are compared with the default
+        /// run's, and the differences explained
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
     },
     /// Run scenarios headless and compare facts and narratives (ru and en) with scenarios/
     Check {

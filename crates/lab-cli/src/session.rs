@@ -96,6 +96,40 @@ pub fn resolve(names: &[String]) -> Result<Vec<Entry>, Failure> {
         .collect()
 }
 
+/// Checks `--set NAME=VALUE` against the knobs of the selected scenarios: every name must be a
+/// knob of one of them, and its value must fit it. Returns the settings in canonical form.
+pub fn settings(
+    given: &[String],
+    scenarios: &[Entry],
+) -> Result<std::collections::BTreeMap<String, String>, Failure> {
+    let mut settings = std::collections::BTreeMap::new();
+    for item in given {
+        let (name, value) = item.split_once('=').ok_or_else(|| {
+            Failure::usage(format!(
+                "--set takes NAME=VALUE, e.g. client_timeout_ms=2000, not `{item}`"
+            ))
+        })?;
+        let knob = scenarios
+            .iter()
+            .flat_map(|s| s.scenario.knobs)
+            .find(|k| k.name() == name.trim())
+            .ok_or_else(|| {
+                let known: Vec<&str> = scenarios
+                    .iter()
+                    .flat_map(|s| s.scenario.knobs.iter().map(|k| k.name()))
+                    .collect();
+                Failure::usage(if known.is_empty() {
+                    format!("unknown knob `{name}`: the selected scenarios have none (`lab list --knobs`)")
+                } else {
+                    format!("unknown knob `{name}`; the selected scenarios have: {}", known.join(", "))
+                })
+            })?;
+        let value = knob.parse(value).map_err(Failure::usage)?;
+        settings.insert(knob.name().to_string(), value);
+    }
+    Ok(settings)
+}
+
 /// The union of the servers the scenarios need.
 pub fn needs(scenarios: &[Entry]) -> Needs {
     scenarios
@@ -236,6 +270,7 @@ impl Session {
                 keep: global.keep && mode == Mode::Live,
                 toxiproxy_url,
                 proxies: Default::default(),
+                settings: Default::default(),
             },
             options: ServerOptions::new(global.database_url.clone(), global.redis_url.clone()),
             interrupts: tokio::sync::Mutex::new(interrupts),

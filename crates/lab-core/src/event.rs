@@ -85,5 +85,8 @@ pub enum Event {
         facts: Facts,
         expected: Facts,
         passed: bool,
+        /// The knobs set away from their defaults (`--set name=value`), in order. With any set,
+        /// the expected facts are the default run's, and a difference is the knob's doing.
+        settings: Vec<(String, String)>,
     },
 }

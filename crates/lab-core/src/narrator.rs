@@ -175,8 +175,14 @@ impl Narrator {
         self.emit(Event::Quiz);
     }
 
-    /// Ends the scenario: compares the facts with `expected` and emits the summary.
-    pub fn summary(&self, scenario: &str, expected: &Facts) -> bool {
+    /// Ends the scenario: compares the facts with `expected` and emits the summary. `settings`
+    /// are the knobs set away from their defaults; `expected` is then the default run's.
+    pub fn summary(
+        &self,
+        scenario: &str,
+        expected: &Facts,
+        settings: Vec<(String, String)>,
+    ) -> bool {
         let facts = self.facts();
         let passed = facts::all_ok(&facts, expected);
         self.emit(Event::Summary {
@@ -184,6 +190,7 @@ impl Narrator {
             facts,
             expected: expected.clone(),
             passed,
+            settings,
         });
         passed
     }

@@ -7,8 +7,10 @@ use lab_infra::RunSpace;
 use lab_services::ServiceSpec;
 use sqlx::PgPool;
 
+use crate::catalogue::Entry;
 use crate::error::ScenarioError;
 use crate::faults::Faults;
+use crate::scenario::Knob;
 use crate::stage::{ServiceHandle, Stage};
 
 /// What a scenario's script gets to work with.
@@ -18,6 +20,9 @@ pub struct Ctx {
     pub checkpoints: Checkpoints,
     /// The scenario's name, for errors.
     pub name: &'static str,
+    /// Its knobs, and the values set with `--set` (canonical form).
+    knobs: &'static [Knob],
+    settings: std::collections::BTreeMap<String, String>,
     faults: Option<Faults>,
     stage: Stage,
 }
@@ -27,15 +32,18 @@ impl Ctx {
         narrator: Narrator,
         space: RunSpace,
         checkpoints: Checkpoints,
-        name: &'static str,
+        entry: Entry,
         faults: Option<Faults>,
         stage: Stage,
+        settings: std::collections::BTreeMap<String, String>,
     ) -> Ctx {
         Ctx {
             narrator,
             space,
             checkpoints,
-            name,
+            name: entry.name,
+            knobs: entry.scenario.knobs,
+            settings,
             faults,
             stage,
         }
@@ -44,6 +52,35 @@ impl Ctx {
     /// What the runner releases when the script has ended.
     pub(crate) fn into_parts(self) -> (RunSpace, Option<Faults>, Stage) {
         (self.space, self.faults, self.stage)
+    }
+
+    fn knob(&self, name: &str) -> Result<Knob, ScenarioError> {
+        self.knobs
+            .iter()
+            .copied()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| self.undeclared(format!("the knob {name}")))
+    }
+
+    /// A duration knob: its `--set` value, else its default.
+    pub fn millis(&self, name: &str) -> Result<std::time::Duration, ScenarioError> {
+        let Knob::Millis { default, .. } = self.knob(name)? else {
+            return Err(self.undeclared(format!("{name} as a duration")));
+        };
+        let ms = self
+            .settings
+            .get(name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default);
+        Ok(std::time::Duration::from_millis(ms))
+    }
+
+    /// A switch knob: its `--set` value, else its default.
+    pub fn switch(&self, name: &str) -> Result<bool, ScenarioError> {
+        let Knob::Switch { default, .. } = self.knob(name)? else {
+            return Err(self.undeclared(format!("{name} as a switch")));
+        };
+        Ok(self.settings.get(name).map_or(default, |v| v == "true"))
     }
 
     fn undeclared(&self, what: impl Into<String>) -> ScenarioError {

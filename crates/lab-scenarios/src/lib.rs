@@ -43,4 +43,4 @@ pub use error::{ScenarioError, ScenarioResult};
 pub use faults::{Faults, ProxyLedger};
 pub use library::Library;
 pub use runner::{KeptRun, RunConfig, RunReport, run};
-pub use scenario::{FaultUse, Hop, Lesson, Requires, Scenario, ScenarioFuture};
+pub use scenario::{FaultUse, Hop, Knob, Lesson, Requires, Scenario, ScenarioFuture};

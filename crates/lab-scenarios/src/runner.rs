@@ -55,6 +55,25 @@ pub struct RunConfig {
     pub toxiproxy_url: Option<String>,
     /// Proxies on that Toxiproxy not yet deleted: what a Ctrl-C must clean.
     pub proxies: ProxyLedger,
+    /// Knobs set with `--set name=value` (checked against the scenarios' knobs before the run;
+    /// each scenario takes those it declares).
+    pub settings: std::collections::BTreeMap<String, String>,
+}
+
+/// The settings that apply to a scenario and differ from its defaults, in canonical form.
+pub fn settings_for(
+    entry: Entry,
+    settings: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    entry
+        .scenario
+        .knobs
+        .iter()
+        .filter_map(|knob| {
+            let value = knob.parse(settings.get(knob.name())?).ok()?;
+            (value != knob.default_value()).then(|| (knob.name().to_string(), value))
+        })
+        .collect()
 }
 
 /// Checks that the servers of this call can give the scenario what it declares.
@@ -84,6 +103,7 @@ pub async fn run(
     config: &RunConfig,
 ) -> Result<RunReport, ScenarioError> {
     let requires = entry.requires();
+    let settings = settings_for(entry, &config.settings);
     narrator.start(entry.name);
     check_servers(entry, servers)?;
 
@@ -124,9 +144,10 @@ pub async fn run(
                 narrator.clone(),
                 space,
                 checkpoints,
-                entry.name,
+                entry,
                 faults,
                 stage,
+                settings.clone(),
             );
             let result = (entry.scenario.run)(&ctx).await;
             (ctx, result)
@@ -160,7 +181,11 @@ pub async fn run(
     let released = space.release(servers, config.keep).await;
     result?;
     released?;
-    let passed = narrator.summary(entry.name, &library.expected_facts(entry.name));
+    let passed = narrator.summary(
+        entry.name,
+        &library.expected_facts(entry.name),
+        settings.into_iter().collect(),
+    );
     Ok(RunReport {
         name: entry.name,
         passed,

@@ -24,12 +24,16 @@ fn narratives(library: &Library, report: &RunReport, bless: bool) -> Vec<(Lang, 
         .cloned()
         .map(|event| match event {
             Event::Summary {
-                scenario, facts, ..
+                scenario,
+                facts,
+                settings,
+                ..
             } if bless => Event::Summary {
                 scenario,
                 expected: facts.clone(),
                 facts,
                 passed: true,
+                settings,
             },
             other => other,
         })

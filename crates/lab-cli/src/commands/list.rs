@@ -1,11 +1,12 @@
-//! `lab list`: every scenario with a one-line summary.
+//! `lab list`: every scenario with a one-line summary, and with `--knobs` what each lets a class
+//! change.
 
 use lab_core::Msg;
 
 use crate::cli::{FormatArg, Global, exit};
 use crate::session::{self, Failure};
 
-pub fn list(global: &Global) -> Result<u8, Failure> {
+pub fn list(global: &Global, knobs: bool) -> Result<u8, Failure> {
     let lang = session::lang(global);
     let library = session::library()?;
     let render = |scope: &str, key: &str| library.texts.render(scope, lang, &Msg::new(key));
@@ -16,6 +17,7 @@ pub fn list(global: &Global) -> Result<u8, Failure> {
         .unwrap_or(0);
     for scenario in lab_scenarios::CATALOGUE.iter() {
         let summary = render(scenario.name, "summary");
+        let declared = scenario.scenario.knobs;
         match global.format {
             FormatArg::Json => say!(
                 "{}",
@@ -24,9 +26,27 @@ pub fn list(global: &Global) -> Result<u8, Failure> {
                     "lesson": scenario.lesson.id,
                     "title": render(scenario.name, "title"),
                     "summary": summary,
+                    "knobs": declared.iter().map(|k| serde_json::json!({
+                        "name": k.name(),
+                        "default": k.default_value(),
+                        "about": render(scenario.name, &format!("knobs.{}", k.name())),
+                    })).collect::<Vec<_>>(),
                 })
             ),
-            FormatArg::Text => say!("{:<width$}  {summary}", scenario.name),
+            FormatArg::Text => {
+                say!("{:<width$}  {summary}", scenario.name);
+                if knobs {
+                    for knob in declared {
+                        say!(
+                            "{:<width$}    --set {}={}: {}",
+                            "",
+                            knob.name(),
+                            knob.default_value(),
+                            render(scenario.name, &format!("knobs.{}", knob.name()))
+                        );
+                    }
+                }
+            }
         }
     }
     Ok(exit::OK)

@@ -12,8 +12,8 @@ use crate::session::Failure;
 /// Runs the command and turns any failure into one line on stderr and its exit code.
 pub async fn dispatch(cli: Cli) -> u8 {
     let result = match &cli.command {
-        Command::List => list::list(&cli.global),
-        Command::Run { names } => run::run(&cli.global, names).await,
+        Command::List { knobs } => list::list(&cli.global, *knobs),
+        Command::Run { names, set } => run::run(&cli.global, names, set).await,
         Command::Check { names, bless } => check::check(&cli.global, names, *bless).await,
         Command::Doctor => doctor::doctor(&cli.global).await,
         Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,

@@ -136,13 +136,25 @@ impl JsonRenderer {
                 facts,
                 expected,
                 passed,
-            } => json!({
-                "event": "summary",
-                "scenario": scenario,
-                "facts": facts,
-                "expected": expected,
-                "passed": passed,
-            }),
+                settings,
+            } => {
+                let mut summary = json!({
+                    "event": "summary",
+                    "scenario": scenario,
+                    "facts": facts,
+                    "expected": expected,
+                    "passed": passed,
+                });
+                // Only a run with knobs set says so: the default run's line keeps its shape.
+                if !settings.is_empty() {
+                    summary["settings"] = settings
+                        .iter()
+                        .map(|(k, v)| (k.clone(), json!(v)))
+                        .collect::<serde_json::Map<_, _>>()
+                        .into();
+                }
+                summary
+            }
         }
     }
 

@@ -308,8 +308,9 @@ impl TextRenderer {
                 facts,
                 expected,
                 passed,
+                settings,
                 ..
-            } => self.summary(facts, expected, *passed),
+            } => self.summary(facts, expected, *passed, settings),
         }
     }
 
@@ -419,7 +420,13 @@ impl TextRenderer {
         out
     }
 
-    fn summary(&self, facts: &crate::Facts, expected: &crate::Facts, passed: bool) -> String {
+    fn summary(
+        &self,
+        facts: &crate::Facts,
+        expected: &crate::Facts,
+        passed: bool,
+        settings: &[(String, String)],
+    ) -> String {
         let checks = compare(facts, expected);
         let show = |v: &Option<serde_json::Value>| match v {
             Some(v) => v.to_string(),
@@ -432,7 +439,11 @@ impl TextRenderer {
         let heads = [
             self.key("label.fact"),
             self.key("label.measured"),
-            self.key("label.expected"),
+            self.key(if settings.is_empty() {
+                "label.expected"
+            } else {
+                "label.default_run"
+            }),
         ];
         let mut widths = heads.clone().map(|h| h.chars().count());
         for row in &rows {
@@ -464,6 +475,22 @@ impl TextRenderer {
                 self.paint("✗", Style::Fail)
             };
             let _ = writeln!(out, "  {}  {mark}", line(row));
+        }
+        if !settings.is_empty() {
+            // Knobs set: a difference from the default run is what the knob does, not drift.
+            let _ = writeln!(out);
+            for (name, value) in settings {
+                let about = self.key(&format!("knobs.{name}"));
+                let line = self.t(&Msg::new("label.knob")
+                    .arg("name", name.as_str())
+                    .arg("value", value.as_str())
+                    .arg("about", about));
+                out.push_str(&Self::wrap(&line, "  ", "  "));
+            }
+            let differ = checks.iter().filter(|c| !c.ok()).count();
+            let verdict = self.t(&Msg::new("label.knobs_differ").arg("count", differ));
+            let _ = writeln!(out, "\n{}", self.paint(&verdict, Style::Bold));
+            return out;
         }
         let verdict = if passed {
             self.paint(&self.key("label.passed"), Style::Ok)

@@ -36,6 +36,7 @@ pub const SCENARIO: Scenario = Scenario {
             Hop::Service(&provider::SPEC),
         ]),
     },
+    knobs: &[],
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 

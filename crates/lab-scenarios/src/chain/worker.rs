@@ -43,6 +43,7 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&mailer::SPEC],
         faults: FaultUse::Toxics(&[Hop::Redis]),
     },
+    knobs: &[],
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 

@@ -31,7 +31,7 @@ use super::{
     AMOUNT, client, configure_payments, patient_client, pay, pay_msg, payment_service,
     provider_charges, provider_key, send_pay, show_charges, show_records,
 };
-use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 1,
@@ -41,6 +41,10 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&payments::SPEC],
         faults: FaultUse::None,
     },
+    knobs: &[Knob::Switch {
+        name: "key_guard",
+        default: true,
+    }],
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
@@ -65,6 +69,9 @@ fn invalid_keys() -> [(String, Msg); 3] {
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
+    if !ctx.switch("key_guard")? {
+        configure_payments(ctx, json!({"key_guard": false})).await?;
+    }
 
     n.step(Msg::new("step.pay").arg("key", K1)).await?;
     let first = pay(ctx, K1, AMOUNT).await?;

@@ -35,6 +35,7 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&payments::SPEC],
         faults: FaultUse::Toxics(&[Hop::Redis]),
     },
+    knobs: &[],
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 

@@ -30,7 +30,7 @@ use super::{
     pay_msg, payment_service, provider_charges, provider_key, pttl_secs, record_key, redis,
     send_pay, show_charges, show_records, shown_key,
 };
-use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 4,
@@ -40,12 +40,17 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&payments::SPEC],
         faults: FaultUse::None,
     },
+    knobs: &[Knob::Millis {
+        name: "short_lease_ms",
+        default: SHORT_LEASE.as_millis() as u64,
+    }],
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
 /// The TTLs of part (b), in seconds.
 const TTLS: [u64; 3] = [3600, 90, 30];
-/// Part (d)'s lease: short, so that it really lapses (or is really renewed) while the lab waits.
+/// Part (d)'s lease: short, so that it really lapses (or is really renewed) while the lab waits
+/// (knob `short_lease_ms`).
 const SHORT_LEASE: Duration = Duration::from_millis(600);
 /// A state the lab waits for that does not come within this is a broken script.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -73,14 +78,15 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     crashed_holder(ctx).await?;
 
     n.side("side.slow");
-    configure_payments(ctx, json!({"lease_ms": SHORT_LEASE.as_millis() as u64})).await?;
-    let compatible = slow_first(ctx, "K4", false).await?;
+    let short_lease = ctx.millis("short_lease_ms")?;
+    configure_payments(ctx, json!({"lease_ms": short_lease.as_millis() as u64})).await?;
+    let compatible = slow_first(ctx, "K4", false, short_lease).await?;
     n.fact("charges_after_lease_expiry", compatible);
     n.reveal(Msg::new("reveal").arg("charges", compatible)).await?;
 
     configure_payments(ctx, json!({"policy": "hardened"})).await?;
     n.step("step.hardened").await?;
-    let hardened = slow_first(ctx, "K5", true).await?;
+    let hardened = slow_first(ctx, "K5", true, short_lease).await?;
     n.fact("charges_hardened", hardened);
     n.note(Msg::new("note.hardened").arg("charges", hardened));
 
@@ -206,7 +212,12 @@ async fn crashed_holder(ctx: &Ctx) -> Result<(), ScenarioError> {
 
 /// (d) A first call held inside its charge for longer than the lease, then a second call with
 /// the same key. Returns the provider's charges under that key in the end.
-async fn slow_first(ctx: &Ctx, key: &str, hardened: bool) -> Result<usize, ScenarioError> {
+async fn slow_first(
+    ctx: &Ctx,
+    key: &str,
+    hardened: bool,
+    lease: Duration,
+) -> Result<usize, ScenarioError> {
     let n = &ctx.narrator;
     let service = payment_service(ctx)?;
     let entered = Arc::new(Notify::new());
@@ -222,7 +233,7 @@ async fn slow_first(ctx: &Ctx, key: &str, hardened: bool) -> Result<usize, Scena
         })
     });
 
-    n.step(Msg::new("step.slow_first").arg("key", key).arg("lease", SHORT_LEASE.as_millis() as i64))
+    n.step(Msg::new("step.slow_first").arg("key", key).arg("lease", lease.as_millis() as i64))
         .await?;
     n.request(pay_msg("first", key, AMOUNT));
     let first_client = patient_client()?;
@@ -244,12 +255,12 @@ async fn slow_first(ctx: &Ctx, key: &str, hardened: bool) -> Result<usize, Scena
 
     if hardened {
         // Real time is the lesson here: two whole leases pass while the holder renews.
-        let two_leases_later = entered_at + 2 * SHORT_LEASE;
+        let two_leases_later = entered_at + 2 * lease;
         tokio::select! {
             _ = tokio::time::sleep_until(two_leases_later) => {}
             _ = &mut first => return Err(ScenarioError::Broken("the first call was released early".into())),
         }
-        n.step(Msg::new("step.renewed").arg("lease", SHORT_LEASE.as_millis() as i64))
+        n.step(Msg::new("step.renewed").arg("lease", lease.as_millis() as i64))
             .await?;
     } else {
         let record = record_key(ctx, key);
@@ -257,7 +268,7 @@ async fn slow_first(ctx: &Ctx, key: &str, hardened: bool) -> Result<usize, Scena
             gone = wait_until_gone(ctx, &record) => gone?,
             _ = &mut first => return Err(ScenarioError::Broken("the first call was released early".into())),
         }
-        n.step(Msg::new("step.lapsed").arg("lease", SHORT_LEASE.as_millis() as i64))
+        n.step(Msg::new("step.lapsed").arg("lease", lease.as_millis() as i64))
             .await?;
     }
     show_records(ctx, &[key]).await?;

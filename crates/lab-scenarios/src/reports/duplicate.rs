@@ -27,6 +27,7 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&reports::SPEC],
         faults: FaultUse::None,
     },
+    knobs: &[],
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 

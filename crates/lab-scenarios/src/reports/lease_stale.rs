@@ -21,6 +21,7 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[],
         faults: FaultUse::None,
     },
+    knobs: &[],
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 

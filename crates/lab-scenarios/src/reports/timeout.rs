@@ -24,7 +24,7 @@ use super::{
     REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, post_report, request_msg,
     seed_and_claim_a, send_post, show_reports, report_service, worker_client,
 };
-use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Hop, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 3,
@@ -34,12 +34,22 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&reports::SPEC],
         faults: FaultUse::Toxics(&[Hop::Service(&reports::SPEC)]),
     },
+    knobs: &[
+        Knob::Millis {
+            name: "client_timeout_ms",
+            default: CLIENT_TIMEOUT.as_millis() as u64,
+        },
+        Knob::Millis {
+            name: "slow_response_ms",
+            default: SLOW_RESPONSE_MS,
+        },
+    ],
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
-/// How long the fault proxy holds each response on its way back.
+/// How long the fault proxy holds each response on its way back (knob `slow_response_ms`).
 const SLOW_RESPONSE_MS: u64 = 900;
-/// How long worker A's HTTP client waits for an answer.
+/// How long worker A's HTTP client waits for an answer (knob `client_timeout_ms`).
 const CLIENT_TIMEOUT: Duration = Duration::from_millis(150);
 /// The retry's client waits longer: it must not time out on a busy machine, or the run would
 /// tell another story than the one it shows.
@@ -53,15 +63,17 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let api = report_service(ctx)?;
 
     let attempts = seed_and_claim_a(ctx).await?;
+    let client_timeout = ctx.millis("client_timeout_ms")?;
+    let slow_response = ctx.millis("slow_response_ms")?;
 
     let slow = ctx
         .faults()?
-        .slow_responses(reports::NAME, SLOW_RESPONSE_MS)
+        .slow_responses(reports::NAME, slow_response.as_millis() as u64)
         .await?;
     n.step(
         Msg::new("step.slow_hop")
-            .arg("delay", SLOW_RESPONSE_MS as i64)
-            .arg("timeout", CLIENT_TIMEOUT.as_millis() as i64),
+            .arg("delay", slow_response.as_millis() as i64)
+            .arg("timeout", client_timeout.as_millis() as i64),
     )
     .await?;
     n.predict("predict").await?;
@@ -77,7 +89,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     });
     n.step(Msg::new("step.post_a").arg("key", STABLE_KEY))
         .await?;
-    let client = worker_client(Some(CLIENT_TIMEOUT))?;
+    let client = worker_client(Some(client_timeout))?;
     n.request(request_msg("a", "/reports", Some(STABLE_KEY), REPORT_TYPE));
     let first = send_post(&client, api, "/reports", Some(STABLE_KEY), REPORT_TYPE).await?;
     tokio::time::timeout(COMMIT_LIMIT, committed.notified())
