@@ -119,7 +119,11 @@ impl JsonRenderer {
                 })
             }
             Event::Fact { name, value } => json!({"event": "fact", "name": name, "value": value}),
-            Event::Explain => json!({"event": "explain", "text": reflow(&self.key("explain"))}),
+            Event::Explain => json!({
+                "event": "explain",
+                "text": reflow(&self.key("explain")),
+                "checklist": self.texts.list(&self.scope, self.lang, "checklist"),
+            }),
             Event::Quiz => {
                 let mut quiz = json!({
                     "event": "quiz",

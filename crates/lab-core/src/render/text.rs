@@ -271,12 +271,27 @@ impl TextRenderer {
             Event::Reveal { answer } => self.reveal(answer),
             // Facts are shown together in the summary table.
             Event::Fact { .. } => String::new(),
-            Event::Explain => format!(
-                "{}{}\n{}",
-                self.gap(),
-                self.paint(&self.key("label.explain"), Style::Title),
-                Self::wrap(&reflow(&self.key("explain")), "  ", "  ")
-            ),
+            Event::Explain => {
+                let mut out = format!(
+                    "{}{}\n{}",
+                    self.gap(),
+                    self.paint(&self.key("label.explain"), Style::Title),
+                    Self::wrap(&reflow(&self.key("explain")), "  ", "  ")
+                );
+                // A lesson's production checklist, where the scenario has one.
+                let checklist = self.texts.list(&self.scope, self.lang, "checklist");
+                if !checklist.is_empty() {
+                    out.push('\n');
+                    out.push_str(&format!(
+                        "{}\n",
+                        self.paint(&self.key("label.checklist"), Style::Title)
+                    ));
+                    for item in checklist {
+                        out.push_str(&Self::wrap(&item, "  • ", "    "));
+                    }
+                }
+                out
+            }
             Event::Quiz => {
                 let mut out = format!(
                     "{}{}\n",
