@@ -58,6 +58,10 @@ pub static SPEC: ServiceSpec = ServiceSpec {
             about: "a new report is committed; the answer is about to go out",
         },
         Checkpoint {
+            name: ANSWERED,
+            about: "the answer (new or replayed) is ready and about to go out",
+        },
+        Checkpoint {
             name: NAIVE_AFTER_CHECK,
             about: "the naive endpoint found no report and is about to INSERT",
         },
@@ -96,6 +100,10 @@ pub const AFTER_INSERT: &str = "reports.after_insert";
 /// Checkpoint: a new report is committed and the service is about to answer. A scenario whose
 /// client gave up waits for it before reading the table, whatever the client saw.
 pub const COMMITTED: &str = "reports.committed";
+/// Checkpoint: the service has its answer ready (a new report committed, or a replay) and is
+/// about to send it. A scenario whose client gave up waits for it, so what the service did is
+/// told before what the client saw, however slowly the machine runs.
+pub const ANSWERED: &str = "reports.answered";
 /// Checkpoint: the naive endpoint has run its SELECT (and found nothing) and is about to INSERT.
 pub const NAIVE_AFTER_CHECK: &str = "reports.naive.after_check";
 
@@ -280,6 +288,7 @@ async fn create_report_to_the_end(
             .tell(Msg::new("reports.inserted_no_key").arg("id", report_id))
             .await;
         service.checkpoints.reached(COMMITTED).await;
+        service.checkpoints.reached(ANSWERED).await;
         return Ok(created(StatusCode::CREATED, report_id, false));
     };
 
@@ -312,6 +321,7 @@ async fn create_report_to_the_end(
             )
             .await;
         service.checkpoints.reached(COMMITTED).await;
+        service.checkpoints.reached(ANSWERED).await;
         return Ok(created(StatusCode::CREATED, report_id, false));
     }
 
@@ -344,6 +354,7 @@ async fn create_report_to_the_end(
                 .arg("key", &key),
         )
         .await;
+    service.checkpoints.reached(ANSWERED).await;
     Ok(created(StatusCode::OK, report_id, true))
 }
 

@@ -189,6 +189,8 @@ impl TextRenderer {
                 )
             }
             Event::Side { text } => {
+                // A side starts a story of its own (often on emptied tables): nothing to compare.
+                self.tables.clear();
                 let line = format!("── {} ──", self.t(text));
                 format!("{}{}\n\n", self.gap(), self.paint(&line, Style::Bold))
             }

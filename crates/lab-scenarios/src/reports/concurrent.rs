@@ -203,12 +203,14 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 
     n.side("side.naive");
     n.step("step.naive").await?;
+    n.predict("predict_naive").await?;
     ctx.checkpoints.barrier(NAIVE_AFTER_CHECK, 2);
     race(ctx, api, "/naive/reports").await?;
     ctx.checkpoints.clear(NAIVE_AFTER_CHECK);
     let naive = show_naive_reports(ctx).await?;
     n.fact("naive_reports_total", naive.len());
-    n.note(Msg::new("note.naive").arg("reports", naive.len()));
+    n.reveal(Msg::new("reveal_naive").arg("reports", naive.len()))
+        .await?;
 
     n.explain();
     n.quiz();

@@ -16,7 +16,7 @@ use lab_services::reports;
 
 use super::{
     REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, crash_after_post, post_report,
-    reset_tables, show_reports, report_service, worker_client,
+    claim, reset_tables, show_reports, show_task, report_service, worker_client,
 };
 use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
@@ -81,19 +81,22 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     )
     .await?;
 
-    // The other side: the same story, with a key that changes with every attempt.
+    // The other side: the same story, told briefly, with a key that changes with every attempt.
     n.side("side.per_attempt");
     reset_tables(ctx).await?;
-    n.note("note.reset");
-    let key_a = per_attempt_key(1);
-    let (_, attempts_b) = crash_after_post(
-        ctx,
-        api,
-        Some(&key_a),
-        Msg::new("step.post_a_attempt").arg("key", &key_a),
-    )
-    .await?;
+    super::tasks::create_task(ctx.pg()?, TASK_ID).await?;
+    let attempts_a = claim(ctx).await?;
+    let key_a = per_attempt_key(attempts_a);
+    n.step(Msg::new("step.again_briefly").arg("key", &key_a))
+        .await?;
+    post_report(ctx, &client, api, "a", Some(&key_a), REPORT_TYPE).await?;
+    super::tasks::expire_lease(ctx.pg()?, TASK_ID).await?;
+    let attempts_b = claim(ctx).await?;
+    n.step(Msg::new("step.crash_and_reclaim").arg("attempts", attempts_b))
+        .await?;
+    show_task(ctx).await?;
     let key_b = per_attempt_key(attempts_b);
+    n.predict("predict_attempt").await?;
     n.step(Msg::new("step.post_b_attempt").arg("key", &key_b))
         .await?;
     let retry = post_report(ctx, &client, api, "b", Some(&key_b), REPORT_TYPE).await?;
@@ -103,7 +106,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     show_reports(ctx).await?;
     let per_attempt_reports = count_reports(ctx).await?;
     n.fact("per_attempt_key_reports_total", per_attempt_reports);
-    n.note(Msg::new("note.per_attempt").arg("reports", per_attempt_reports));
+    n.reveal(Msg::new("reveal_attempt").arg("reports", per_attempt_reports))
+        .await?;
 
     n.explain();
     n.quiz();

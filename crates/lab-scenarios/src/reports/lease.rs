@@ -5,20 +5,30 @@
 //! nothing; a non-strict one is accepted, because attempts is still 1: the row still belongs to
 //! worker A's attempt.
 //!
+//! Then what a strict refusal leads to when the lease is the only rule: the task is free again,
+//! worker B reclaims it (attempts = 2) and makes the external call again. With the stable key the
+//! report service answers with the report it has: one report.
+//!
 //! Facts: `strict_completed` = false, `nonstrict_completed` = true, `task_attempts` = 1,
-//! `task_status` = "completed".
+//! `task_status` = "completed", `reclaimed_attempts` = 2, `reclaim_call_replayed` = true,
+//! `reports_after_reclaim` = 1.
 
 use lab_core::Msg;
 
-use super::{TASK_ID, complete, seed_and_claim_a, show_task};
-use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioFuture, ScenarioResult};
+use lab_services::reports;
+
+use super::{
+    REPORT_TYPE, STABLE_KEY, TASK_ID, claim, complete, count_reports, post_report, report_service,
+    reset_tables, seed_and_claim_a, show_reports, show_task, worker_client,
+};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 5,
     requires: Requires {
         postgres: true,
         redis: false,
-        services: &[],
+        services: &[&reports::SPEC],
         faults: FaultUse::None,
     },
     knobs: &[],
@@ -60,7 +70,57 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
             .arg("attempts", task.attempts),
     )
     .await?;
+
+    strict_only(ctx).await?;
     n.explain();
     n.quiz();
+    Ok(())
+}
+
+/// What a strict refusal leads to: the task is reclaimed, and the external call is made again.
+/// Only a stable key keeps that second call from being a second report.
+async fn strict_only(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+    let api = report_service(ctx)?;
+    let client = worker_client(None)?;
+    n.side("side.strict_only");
+    reset_tables(ctx).await?;
+    n.note("note.reset");
+    let attempts_a = seed_and_claim_a(ctx).await?;
+    n.step(Msg::new("step.a_calls").arg("key", STABLE_KEY))
+        .await?;
+    let first = post_report(ctx, &client, api, "a", Some(STABLE_KEY), REPORT_TYPE).await?;
+    let first_id = first
+        .created
+        .as_ref()
+        .map(|c| c.report_id)
+        .ok_or_else(|| ScenarioError::Broken("worker A's call created no report".into()))?;
+    super::tasks::expire_lease(ctx.pg()?, TASK_ID).await?;
+    n.step(Msg::new("step.a_too_late").arg("lease", super::tasks::LEASE.as_secs() as i64))
+        .await?;
+    complete(ctx, "a", attempts_a, first_id, true).await?;
+
+    n.predict("predict_reclaim").await?;
+    let attempts_b = claim(ctx).await?;
+    n.step(Msg::new("step.b_reclaims").arg("attempts", attempts_b))
+        .await?;
+    show_task(ctx).await?;
+    n.step(Msg::new("step.b_calls").arg("key", STABLE_KEY))
+        .await?;
+    let again = post_report(ctx, &client, api, "b", Some(STABLE_KEY), REPORT_TYPE).await?;
+    let again_id = again.created.as_ref().map(|c| c.report_id);
+    if let Some(report_id) = again_id {
+        complete(ctx, "b", attempts_b, report_id, true).await?;
+    }
+    show_reports(ctx).await?;
+    let reports = count_reports(ctx).await?;
+    n.fact("reclaimed_attempts", attempts_b);
+    n.fact(
+        "reclaim_call_replayed",
+        again.created.as_ref().is_some_and(|c| c.replayed) && again_id == Some(first_id),
+    );
+    n.fact("reports_after_reclaim", reports);
+    n.reveal(Msg::new("reveal_reclaim").arg("reports", reports))
+        .await?;
     Ok(())
 }

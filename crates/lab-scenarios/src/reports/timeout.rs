@@ -3,25 +3,30 @@
 //! The hop from the worker to the report service goes through the fault proxy, which holds
 //! every response 900 ms on its way back (a downstream latency toxic). Worker A's HTTP client
 //! gives up after 150 ms: the outcome is `unknown`. Right after the timeout we read the report
-//! service's table: the report is there, committed. The toxic is removed and worker A retries
-//! with the same key: 200, the same report; the task is completed.
+//! service's table: the report is there, committed. Retrying at once, while the service is still
+//! slow, times out again (`unknown`, though the service replayed the report). Once the proxy
+//! stops delaying, the retry with the same key gets 200 and the same report; the task is
+//! completed. The other side: the same timeout, and a retry without a key: two reports.
 //!
 //! The order is fixed by a checkpoint, not by the clock: the service finishes its work in a task
-//! of its own (a client going away does not cancel it), and the scenario reads the table only
-//! once the service has reached its `committed` checkpoint.
+//! of its own (this server does not cancel work when the client leaves; whether a server does is
+//! up to the server, and the client cannot tell), and the scenario tells what the client saw
+//! only once the service has reached its `answered` checkpoint.
 //!
-//! Facts: `first_outcome` = "unknown", `reports_after_timeout` = 1, `retry_status` = 200,
-//! `same_report_id` = true, `reports_total` = 1, `task_status` = "completed".
+//! Facts: `first_outcome` = "unknown", `reports_after_timeout` = 1, `retry_while_slow_outcome` =
+//! "unknown", `retry_status` = 200, `same_report_id` = true, `reports_total` = 1, `task_status`
+//! = "completed", `keyless_retry_reports_total` = 2.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lab_core::Msg;
-use lab_services::reports::{self, COMMITTED};
+use lab_services::reports::{self, ANSWERED};
 use tokio::sync::Notify;
 
 use super::{
-    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, post_report, request_msg,
+    PostResult, REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, post_report,
+    request_msg, reset_tables,
     seed_and_claim_a, send_post, show_reports, report_service, worker_client,
 };
 use crate::{Ctx, FaultUse, Hop, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
@@ -57,15 +62,44 @@ const RETRY_TIMEOUT: Duration = Duration::from_secs(10);
 /// A service that never reaches its commit within this is broken, not slow.
 const COMMIT_LIMIT: Duration = Duration::from_secs(10);
 
+/// A call through the slow hop with a client that gives up early: the request, what the
+/// service does, and then (only once the service has its answer ready, so the order never
+/// depends on the machine's speed) what the client saw.
+async fn call_through_slow_hop(
+    ctx: &Ctx,
+    api: &crate::stage::ServiceHandle,
+    key: Option<&str>,
+    client_timeout: Duration,
+) -> Result<PostResult, ScenarioError> {
+    let answered = Arc::new(Notify::new());
+    ctx.checkpoints.install(ANSWERED, {
+        let answered = answered.clone();
+        Arc::new(move || {
+            let answered = answered.clone();
+            Box::pin(async move { answered.notify_one() })
+        })
+    });
+    let client = worker_client(Some(client_timeout))?;
+    ctx.narrator
+        .request(request_msg("a", "/reports", key, REPORT_TYPE));
+    let result = send_post(&client, api, "/reports", key, REPORT_TYPE).await?;
+    tokio::time::timeout(COMMIT_LIMIT, answered.notified())
+        .await
+        .map_err(|_| ScenarioError::Broken("the report service never answered".into()))?;
+    ctx.checkpoints.clear(ANSWERED);
+    ctx.narrator.response(result.view());
+    Ok(result)
+}
+
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     // Every call of this scenario goes through the proxy on the service's hop.
     let api = report_service(ctx)?;
-
-    let attempts = seed_and_claim_a(ctx).await?;
     let client_timeout = ctx.millis("client_timeout_ms")?;
     let slow_response = ctx.millis("slow_response_ms")?;
 
+    n.side("side.keyed");
+    let attempts = seed_and_claim_a(ctx).await?;
     let slow = ctx
         .faults()?
         .slow_responses(reports::NAME, slow_response.as_millis() as u64)
@@ -79,24 +113,9 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.predict("predict").await?;
 
     // Worker A's call: the service commits, the proxy holds the answer, the client gives up.
-    let committed = Arc::new(Notify::new());
-    ctx.checkpoints.install(COMMITTED, {
-        let committed = committed.clone();
-        Arc::new(move || {
-            let committed = committed.clone();
-            Box::pin(async move { committed.notify_one() })
-        })
-    });
     n.step(Msg::new("step.post_a").arg("key", STABLE_KEY))
         .await?;
-    let client = worker_client(Some(client_timeout))?;
-    n.request(request_msg("a", "/reports", Some(STABLE_KEY), REPORT_TYPE));
-    let first = send_post(&client, api, "/reports", Some(STABLE_KEY), REPORT_TYPE).await?;
-    tokio::time::timeout(COMMIT_LIMIT, committed.notified())
-        .await
-        .map_err(|_| ScenarioError::Broken("the report service never committed".into()))?;
-    ctx.checkpoints.clear(COMMITTED);
-    n.response(first.view());
+    let first = call_through_slow_hop(ctx, api, Some(STABLE_KEY), client_timeout).await?;
 
     n.step("step.look").await?;
     let reports_after_timeout = count_reports(ctx).await?;
@@ -110,6 +129,13 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
             .arg("reports", reports_after_timeout),
     )
     .await?;
+
+    // Retrying at once, against a service that is still slow, times out again.
+    n.step(Msg::new("step.retry_at_once").arg("key", STABLE_KEY))
+        .await?;
+    let at_once = call_through_slow_hop(ctx, api, Some(STABLE_KEY), client_timeout).await?;
+    n.fact("retry_while_slow_outcome", at_once.outcome.word());
+    n.note(Msg::new("note.retry_at_once").arg("outcome", at_once.outcome.word()));
 
     ctx.faults()?.remove(slow).await?;
     n.step(Msg::new("step.retry").arg("key", STABLE_KEY))
@@ -132,6 +158,28 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     );
     n.fact("reports_total", count_reports(ctx).await?);
     n.fact("task_status", task.status);
+
+    // The other side: the same timeout, and a retry without a key.
+    n.side("side.keyless");
+    reset_tables(ctx).await?;
+    n.note("note.reset");
+    seed_and_claim_a(ctx).await?;
+    let slow = ctx
+        .faults()?
+        .slow_responses(reports::NAME, slow_response.as_millis() as u64)
+        .await?;
+    n.step("step.post_keyless").await?;
+    call_through_slow_hop(ctx, api, None, client_timeout).await?;
+    ctx.faults()?.remove(slow).await?;
+    n.predict("predict_keyless").await?;
+    n.step("step.retry_keyless").await?;
+    post_report(ctx, &retry_client, api, "a", None, REPORT_TYPE).await?;
+    show_reports(ctx).await?;
+    let keyless = count_reports(ctx).await?;
+    n.fact("keyless_retry_reports_total", keyless);
+    n.reveal(Msg::new("reveal_keyless").arg("reports", keyless))
+        .await?;
+
     n.explain();
     n.quiz();
     Ok(())
