@@ -58,7 +58,7 @@ pub struct Global {
     /// Colour: auto (a terminal and no NO_COLOR), always or never
     #[arg(long, global = true, value_enum, default_value_t = ColorArg::Auto)]
     pub color: ColorArg,
-    /// Output: text for people, json for one JSON object per line
+    /// Output: text for people, json for one JSON object per line, junit (`check` only) for CI
     #[arg(long, global = true, value_enum, default_value_t = FormatArg::Text)]
     pub format: FormatArg,
     /// Pause after every step, inside services and before each answer (Enter: go on, q: quit)
@@ -116,6 +116,12 @@ pub enum Command {
     },
     /// Show which servers would be used, their versions, and what is missing
     Doctor,
+    /// Print a shell completion script: `lab completions bash > /etc/bash_completion.d/lab`,
+    /// `lab completions zsh > ~/.zfunc/_lab`, `lab completions fish > ~/.config/fish/completions/lab.fish`
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Serve the bundled services on fixed ports, each behind a fault proxy, with the Toxiproxy
     /// API on 127.0.0.1:8474, until Ctrl-C
     Serve {
@@ -143,4 +149,6 @@ pub enum ColorArg {
 pub enum FormatArg {
     Text,
     Json,
+    /// JUnit XML (`lab check` only): one test case per scenario and language, for course CIs.
+    Junit,
 }

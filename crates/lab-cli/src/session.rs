@@ -280,7 +280,7 @@ impl Session {
     /// The live renderer on stdout.
     pub fn sink(&self) -> SharedSink {
         let renderer = match self.format {
-            FormatArg::Text => Renderer::Text(
+            FormatArg::Text | FormatArg::Junit => Renderer::Text(
                 TextRenderer::new(self.library.texts.clone(), self.lang, self.color)
                     .with_answers(self.answers),
             ),

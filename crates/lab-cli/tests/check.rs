@@ -170,3 +170,38 @@ fn check_json_has_the_summary_shape_of_run() {
     assert_eq!(summary["passed"], false);
     assert_eq!(summary["facts"], summary["expected"]);
 }
+
+/// `lab check --format junit`: one test case per scenario and language, a failure (with the
+/// diff) for a narrative that drifted, and nothing else on stdout.
+#[test]
+fn junit_has_a_case_per_scenario_and_language() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&scenarios_dir(), dir.path());
+    let narrative = dir.path().join("lease/expected.en.txt");
+    let text = std::fs::read_to_string(&narrative).unwrap();
+    std::fs::write(&narrative, format!("{text}extra line\n")).unwrap();
+    let out = lab(&["check", "lease", "lease-stale", "--format", "junit"])
+        .env("LAB_SCENARIOS_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert_code(&out, 1);
+    let xml = stdout(&out);
+    assert!(xml.starts_with("<?xml"), "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), 4, "{xml}");
+    assert!(xml.contains(r#"<testcase name="lease (en)""#), "{xml}");
+    assert_eq!(
+        xml.matches("<failure").count(),
+        1,
+        "only lease (en) drifted: {xml}"
+    );
+    assert!(
+        xml.contains("extra line"),
+        "the diff is in the failure: {xml}"
+    );
+    assert!(xml.trim_end().ends_with("</testsuites>"), "{xml}");
+
+    let elsewhere = lab(&["run", "lease", "--format", "junit"])
+        .output()
+        .unwrap();
+    assert_code(&elsewhere, 2);
+}

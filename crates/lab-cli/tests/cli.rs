@@ -237,3 +237,82 @@ fn doctor_reports_what_would_be_used() {
     assert_code(&out, 3);
     assert!(stdout(&out).contains("MISSING"), "{}", stdout(&out));
 }
+
+/// `--quiz` asks each prediction, reads a letter from stdin, grades it, and prints the score;
+/// the reveal says which option was right and whether the learner's was.
+#[test]
+fn a_quiz_with_piped_answers_prints_a_score() {
+    let mut child = lab(&[
+        "run",
+        "duplicate",
+        "lease",
+        "--quiz",
+        "--lang",
+        "en",
+        "--color",
+        "never",
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // duplicate's right answer is b; lease asks two predictions: c is right, then a is wrong.
+    child.stdin.take().unwrap().write_all(b"b\nc\na\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("Your answer, b: right."), "{text}");
+    assert!(text.contains("Your answer, a: not this one."), "{text}");
+    assert!(text.contains("Predictions: 2 of 3 right."), "{text}");
+}
+
+/// `--set` runs with a knob changed, and says which facts differ from the default run.
+#[test]
+fn a_knob_changes_facts_and_says_so() {
+    let out = run(&[
+        "run",
+        "timeout",
+        "--set",
+        "client_timeout_ms=2000",
+        "--lang",
+        "en",
+        "--format",
+        "json",
+    ]);
+    assert_code(&out, 0);
+    let summary: Value = serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    assert_eq!(summary["settings"]["client_timeout_ms"], "2000");
+    assert_eq!(
+        summary["facts"]["first_outcome"], "ok",
+        "no timeout with a patient client"
+    );
+    assert_eq!(summary["expected"]["first_outcome"], "unknown");
+    let text = stdout(&run(&[
+        "run",
+        "timeout",
+        "--set",
+        "client_timeout_ms=2000",
+        "--lang",
+        "en",
+    ]));
+    assert!(text.contains("differ from the default run"), "{text}");
+    assert_code(&run(&["run", "timeout", "--set", "no_such_knob=1"]), 2);
+    assert_code(
+        &run(&["run", "timeout", "--set", "client_timeout_ms=soon"]),
+        2,
+    );
+    let knobs = stdout(&run(&["list", "--knobs", "--lang", "en"]));
+    assert!(knobs.contains("--set client_timeout_ms=150"), "{knobs}");
+}
+
+/// Shell completions come from the same command definition as `--help`.
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = run(&["completions", shell]);
+        assert_code(&out, 0);
+        assert!(stdout(&out).contains("check"), "{shell}");
+    }
+    assert_code(&run(&["completions", "tcsh"]), 2);
+}

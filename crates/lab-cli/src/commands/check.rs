@@ -139,6 +139,36 @@ fn print_text(name: &str, verdict: &Verdict, bless: bool, color: bool) {
     }
 }
 
+/// One JUnit test case per scenario and language: it fails when a fact or that language's
+/// narrative drifted, with the problems as its message and the diff as its description.
+fn junit_cases(suite: &mut quick_junit::TestSuite, name: &str, verdict: &Verdict, bless: bool) {
+    use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus};
+    for lang in Lang::ALL {
+        let diff = verdict
+            .narrative_diffs
+            .iter()
+            .find(|(l, _)| *l == lang)
+            .map(|(_, d)| d.as_str());
+        let status = if bless || (verdict.fact_problems.is_empty() && diff.is_none()) {
+            TestCaseStatus::success()
+        } else {
+            let mut failure = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            let mut message = verdict.fact_problems.clone();
+            if diff.is_some() {
+                message.push(format!("the {} narrative differs", lang.code()));
+            }
+            failure.set_message(message.join("; "));
+            if let Some(diff) = diff {
+                failure.set_description(diff);
+            }
+            failure
+        };
+        let mut case = TestCase::new(format!("{name} ({})", lang.code()), status);
+        case.set_classname(format!("lab.{name}"));
+        suite.add_test_case(case);
+    }
+}
+
 /// One JSON line per narrative that differs (`"event": "drift"`), then the summary in the same
 /// shape as `lab run`'s: `passed` covers the facts and both narratives.
 fn print_json(name: &str, report: &RunReport, verdict: &Verdict, bless: bool) {
@@ -186,6 +216,7 @@ pub async fn check(global: &Global, names: &[String], bless: bool) -> Result<u8,
 
     let work = async {
         let mut drift = false;
+        let mut suite = quick_junit::TestSuite::new("scenarios");
         for &scenario in &scenarios {
             let report = lab_scenarios::run(
                 scenario,
@@ -208,7 +239,16 @@ pub async fn check(global: &Global, names: &[String], bless: bool) -> Result<u8,
             match global.format {
                 FormatArg::Text => print_text(scenario.name, &verdict, bless, session.color),
                 FormatArg::Json => print_json(scenario.name, &report, &verdict, bless),
+                FormatArg::Junit => junit_cases(&mut suite, scenario.name, &verdict, bless),
             }
+        }
+        if global.format == FormatArg::Junit {
+            let mut report = quick_junit::Report::new("lab check");
+            report.add_test_suite(suite);
+            let xml = report.to_string().map_err(|e| {
+                Failure::environment(anyhow::anyhow!("cannot write JUnit XML: {e}"))
+            })?;
+            say!("{xml}");
         }
         Ok::<bool, Failure>(drift)
     };

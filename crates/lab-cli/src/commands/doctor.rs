@@ -129,7 +129,7 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
                 })
             );
         }
-        FormatArg::Text => {
+        FormatArg::Text | FormatArg::Junit => {
             let line = |name: &str, state: &Finding, needed: bool| match state {
                 Ok(s) => say!("  ok       {name:<11} {s}"),
                 Err(e) if needed => say!("  MISSING  {name:<11} {e}"),

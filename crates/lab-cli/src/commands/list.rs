@@ -33,7 +33,7 @@ pub fn list(global: &Global, knobs: bool) -> Result<u8, Failure> {
                     })).collect::<Vec<_>>(),
                 })
             ),
-            FormatArg::Text => {
+            FormatArg::Text | FormatArg::Junit => {
                 say!("{:<width$}  {summary}", scenario.name);
                 if knobs {
                     for knob in declared {

@@ -11,12 +11,22 @@ use crate::session::Failure;
 
 /// Runs the command and turns any failure into one line on stderr and its exit code.
 pub async fn dispatch(cli: Cli) -> u8 {
+    let junit_elsewhere = cli.global.format == crate::cli::FormatArg::Junit
+        && !matches!(cli.command, Command::Check { .. });
     let result = match &cli.command {
+        _ if junit_elsewhere => Err(Failure::usage(
+            "--format junit is for `lab check` (one test case per scenario and language)",
+        )),
         Command::List { knobs } => list::list(&cli.global, *knobs),
         Command::Run { names, set } => run::run(&cli.global, names, set).await,
         Command::Check { names, bless } => check::check(&cli.global, names, *bless).await,
         Command::Doctor => doctor::doctor(&cli.global).await,
         Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut command, "lab", &mut std::io::stdout());
+            Ok(crate::cli::exit::OK)
+        }
     };
     match result {
         Ok(code) => code,

@@ -65,7 +65,7 @@ impl Score {
                 "{}",
                 serde_json::json!({"event": "score", "right": self.right, "asked": self.asked})
             ),
-            FormatArg::Text => {
+            FormatArg::Text | FormatArg::Junit => {
                 let line = session.library.texts.render(
                     COMMON,
                     session.lang,
