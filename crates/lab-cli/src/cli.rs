@@ -104,6 +104,17 @@ pub enum Command {
         /// run's, and the differences explained
         #[arg(long = "set", value_name = "NAME=VALUE")]
         set: Vec<String>,
+        /// After each scenario, draw who called whom as lanes, one per participant
+        #[arg(long)]
+        diagram: bool,
+        /// Write each run's event log (JSON lines), Mermaid sequence diagram, facts and table
+        /// snapshots to DIR/<scenario>/
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<std::path::PathBuf>,
+        /// Instead of the narrative, print a Markdown page per scenario (story, a Mermaid diagram
+        /// of the real run, the facts) for slides
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        export: Option<ExportArg>,
     },
     /// Run scenarios headless and compare facts and narratives (ru and en) with scenarios/
     Check {
@@ -130,6 +141,13 @@ pub enum Command {
         #[arg(long, value_name = "BASE", default_value_t = DEFAULT_PORT_BASE)]
         port_base: u16,
     },
+}
+
+/// What `lab run --export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportArg {
+    /// A Markdown page with a Mermaid diagram.
+    Md,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

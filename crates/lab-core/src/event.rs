@@ -50,8 +50,13 @@ pub enum Event {
     /// A step of the story. Step mode pauses after each.
     Step { number: u32, text: Msg },
     /// A network call is sent by one of our actors. Events inside the service that handles it
-    /// follow, then its [`Event::Response`].
-    Request { text: Msg },
+    /// follow, then its [`Event::Response`]. `from` names the caller (a label such as
+    /// `worker.a`) and `to` the service it calls, for diagrams; the text is what is told.
+    Request {
+        text: Msg,
+        from: Option<String>,
+        to: Option<String>,
+    },
     /// What the caller of the last request saw.
     Response {
         outcome: Outcome,

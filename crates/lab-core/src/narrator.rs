@@ -101,7 +101,21 @@ impl Narrator {
 
     /// A network call is being sent.
     pub fn request(&self, text: impl Into<Msg>) {
-        self.emit(Event::Request { text: text.into() });
+        self.emit(Event::Request {
+            text: text.into(),
+            from: None,
+            to: None,
+        });
+    }
+
+    /// A network call from `from` (a label key such as `worker.a` or `who.client`) to the
+    /// service `to`: told as `text`, drawn as an arrow in diagrams.
+    pub fn call(&self, from: &str, to: &str, text: impl Into<Msg>) {
+        self.emit(Event::Request {
+            text: text.into(),
+            from: Some(from.to_string()),
+            to: Some(to.to_string()),
+        });
     }
 
     /// What the caller of the last request saw.

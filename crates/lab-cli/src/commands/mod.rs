@@ -18,7 +18,20 @@ pub async fn dispatch(cli: Cli) -> u8 {
             "--format junit is for `lab check` (one test case per scenario and language)",
         )),
         Command::List { knobs } => list::list(&cli.global, *knobs),
-        Command::Run { names, set } => run::run(&cli.global, names, set).await,
+        Command::Run {
+            names,
+            set,
+            diagram,
+            artifacts,
+            export,
+        } => {
+            let pictures = run::Pictures {
+                diagram: *diagram,
+                artifacts: artifacts.clone(),
+                export: *export,
+            };
+            run::run(&cli.global, names, set, &pictures).await
+        }
         Command::Check { names, bless } => check::check(&cli.global, names, *bless).await,
         Command::Doctor => doctor::doctor(&cli.global).await,
         Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,

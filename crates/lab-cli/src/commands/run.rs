@@ -1,11 +1,14 @@
 //! `lab run NAME...`: run scenarios, narrated, on one set of servers.
 
+use std::path::PathBuf;
+
+use lab_core::render::{mermaid, swimlanes};
 use lab_core::text::COMMON;
 use lab_core::{Event, Msg};
 use lab_infra::url::redact;
 use lab_scenarios::{KeptRun, ScenarioError};
 
-use crate::cli::{FormatArg, Global, exit};
+use crate::cli::{ExportArg, FormatArg, Global, exit};
 use crate::session::{self, Failure, Guarded, Mode, Session};
 
 /// Tells how to look at a kept run (on stderr: run ids are not part of the narrative). A
@@ -79,7 +82,89 @@ impl Score {
     }
 }
 
-pub async fn run(global: &Global, names: &[String], set: &[String]) -> Result<u8, Failure> {
+/// What to draw or write besides the narrative.
+pub struct Pictures {
+    pub diagram: bool,
+    pub artifacts: Option<PathBuf>,
+    pub export: Option<ExportArg>,
+}
+
+impl Pictures {
+    /// After one scenario: the swimlanes, the artifacts, the exported page.
+    fn after(&self, session: &Session, report: &lab_scenarios::RunReport) -> Result<(), Failure> {
+        let texts = &session.library.texts;
+        if self.diagram && self.export.is_none() {
+            say!("\n{}", swimlanes(texts, session.lang, &report.events));
+        }
+        if let Some(dir) = &self.artifacts {
+            write_artifacts(session, report, &dir.join(report.name)).map_err(|e| {
+                Failure::environment(anyhow::anyhow!(
+                    "cannot write artifacts to {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        }
+        if self.export == Some(ExportArg::Md) {
+            say!("{}", markdown(session, report));
+        }
+        Ok(())
+    }
+}
+
+/// The event log, the Mermaid diagram, the facts and the table snapshots of one run.
+fn write_artifacts(
+    session: &Session,
+    report: &lab_scenarios::RunReport,
+    dir: &std::path::Path,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let texts = session.library.texts.clone();
+    let mut json = lab_core::render::JsonRenderer::new(texts.clone(), session.lang);
+    let log: String = report.events.iter().map(|e| json.render(e)).collect();
+    std::fs::write(dir.join("events.jsonl"), log)?;
+    let states: String = report
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::State { .. }))
+        .map(|e| json.render(e))
+        .collect();
+    std::fs::write(dir.join("states.jsonl"), states)?;
+    std::fs::write(
+        dir.join("sequence.mmd"),
+        mermaid(&texts, session.lang, &report.events),
+    )?;
+    std::fs::write(
+        dir.join("facts.json"),
+        serde_json::to_string_pretty(&report.facts).unwrap_or_default() + "\n",
+    )
+}
+
+/// A Markdown page for slides: the title, the story, a Mermaid diagram of the real run, the
+/// facts it measured.
+fn markdown(session: &Session, report: &lab_scenarios::RunReport) -> String {
+    let texts = &session.library.texts;
+    let text = |key: &str| texts.render(report.name, session.lang, &Msg::new(key));
+    let mut page = format!(
+        "# {} · {}\n\n{}\n\n```mermaid\n{}```\n\n| {} | {} |\n|---|---|\n",
+        report.name,
+        text("title"),
+        text("story").trim(),
+        mermaid(texts, session.lang, &report.events),
+        texts.render(COMMON, session.lang, &Msg::new("label.fact")),
+        texts.render(COMMON, session.lang, &Msg::new("label.measured")),
+    );
+    for (name, value) in &report.facts {
+        page.push_str(&format!("| `{name}` | `{value}` |\n"));
+    }
+    page
+}
+
+pub async fn run(
+    global: &Global,
+    names: &[String],
+    set: &[String],
+    pictures: &Pictures,
+) -> Result<u8, Failure> {
     let mut session = Session::open(global, Mode::Live)?;
     let scenarios = session::resolve(names)?;
     session.config.settings = session::settings(set, &scenarios)?;
@@ -94,7 +179,12 @@ pub async fn run(global: &Global, names: &[String], set: &[String]) -> Result<u8
         let mut all_passed = true;
         let mut score = Score::default();
         for &scenario in &scenarios {
-            let narrator = session.live_narrator(&sink);
+            let narrator = if pictures.export.is_some() {
+                // The page replaces the narrative on stdout.
+                lab_core::Narrator::new(None, session.gate.clone())
+            } else {
+                session.live_narrator(&sink)
+            };
             let report = lab_scenarios::run(
                 scenario,
                 &servers,
@@ -107,12 +197,15 @@ pub async fn run(global: &Global, names: &[String], set: &[String]) -> Result<u8
                 print_kept(kept);
             }
             score.add(&session, &report);
+            if let Err(failure) = pictures.after(&session, &report) {
+                return Ok(Err(failure));
+            }
             all_passed &= report.passed;
         }
         if session.quiz {
             score.print(&session);
         }
-        Ok::<bool, ScenarioError>(all_passed)
+        Ok::<Result<bool, Failure>, ScenarioError>(Ok(all_passed))
     };
     let outcome = session.guarded(work).await;
     if matches!(outcome, Guarded::Finished(Ok(_))) {
@@ -120,10 +213,11 @@ pub async fn run(global: &Global, names: &[String], set: &[String]) -> Result<u8
     }
     session.close(servers).await;
     match outcome {
-        Guarded::Finished(Ok(true)) => Ok(exit::OK),
+        Guarded::Finished(Ok(Err(failure))) => Err(failure),
+        Guarded::Finished(Ok(Ok(true))) => Ok(exit::OK),
         // With knobs set, facts that differ from the default run are the point, not drift.
-        Guarded::Finished(Ok(false)) if knobs_set => Ok(exit::OK),
-        Guarded::Finished(Ok(false)) => Ok(exit::DRIFT),
+        Guarded::Finished(Ok(Ok(false))) if knobs_set => Ok(exit::OK),
+        Guarded::Finished(Ok(Ok(false))) => Ok(exit::DRIFT),
         Guarded::Finished(Err(ScenarioError::Quit(_))) | Guarded::Quit => Ok(session::quit()),
         Guarded::Interrupted(signal) => Ok(session::interrupted(signal)),
         Guarded::Finished(Err(e)) => Err(session::scenario_failure(e)),

@@ -61,7 +61,7 @@ impl JsonRenderer {
             Event::Step { number, text } => {
                 json!({"event": "step", "n": number, "text": self.t(text)})
             }
-            Event::Request { text } => json!({"event": "request", "text": self.t(text)}),
+            Event::Request { text, .. } => json!({"event": "request", "text": self.t(text)}),
             Event::Response {
                 outcome,
                 status,

@@ -1,8 +1,11 @@
-//! Renderers: the same event stream as coloured text or as JSON lines.
+//! Renderers: the same event stream as coloured text or as JSON lines, and as pictures of who
+//! called whom ([`diagram`]: Mermaid, terminal swimlanes).
 
+pub mod diagram;
 mod json;
 mod text;
 
+pub use diagram::{mermaid, swimlanes};
 pub use json::JsonRenderer;
 pub use text::{TextRenderer, render_text};
 

@@ -200,7 +200,7 @@ impl TextRenderer {
                 let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
                 format!("{}\n{rest}", self.paint(first, Style::Bold))
             }
-            Event::Request { text } => format!("    → {}\n", self.t(text)),
+            Event::Request { text, .. } => format!("    → {}\n", self.t(text)),
             Event::Response {
                 outcome,
                 status,

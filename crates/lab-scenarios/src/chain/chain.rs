@@ -55,7 +55,9 @@ fn lose_next_answer(ctx: &Ctx, hop: &str) -> Result<ArmedFault, ScenarioError> {
 /// The client pays once through the gateway, narrated.
 async fn checkout(ctx: &Ctx, key: &str) -> Result<Paid, ScenarioError> {
     let gateway = ctx.service(&gateway::SPEC)?;
-    ctx.narrator.request(
+    ctx.narrator.call(
+        "who.client",
+        gateway::NAME,
         Msg::new("call.checkout")
             .arg("who", Msg::new("who.client"))
             .arg("key", key)

@@ -175,7 +175,7 @@ async fn overlap_k3(ctx: &Ctx) -> Result<(super::Paid, super::Paid), ScenarioErr
     });
 
     n.step(Msg::new("step.k3_first").arg("key", K3)).await?;
-    n.request(pay_msg("first", K3, AMOUNT));
+    n.call("who.first", payments::NAME, pay_msg("first", K3, AMOUNT));
     let first_client = patient_client()?;
     let first = send_pay(&first_client, service, K3, AMOUNT);
     tokio::pin!(first);
@@ -194,7 +194,7 @@ async fn overlap_k3(ctx: &Ctx) -> Result<(super::Paid, super::Paid), ScenarioErr
 
     n.predict("predict").await?;
     n.step(Msg::new("step.k3_second").arg("key", K3)).await?;
-    n.request(pay_msg("second", K3, AMOUNT));
+    n.call("who.second", payments::NAME, pay_msg("second", K3, AMOUNT));
     let (second, first) = {
         let second_client = client()?;
         let second = send_pay(&second_client, service, K3, AMOUNT);

@@ -189,7 +189,11 @@ pub async fn pay(ctx: &Ctx, key: &str, amount: i64) -> Result<Paid, ScenarioErro
 /// [`pay`], by a named caller.
 pub async fn pay_as(ctx: &Ctx, who: &str, key: &str, amount: i64) -> Result<Paid, ScenarioError> {
     let service = payment_service(ctx)?;
-    ctx.narrator.request(pay_msg(who, key, amount));
+    ctx.narrator.call(
+        &format!("who.{who}"),
+        payments::NAME,
+        pay_msg(who, key, amount),
+    );
     let paid = send_pay(&client()?, service, key, amount).await?;
     ctx.narrator.response(paid.view());
     Ok(paid)

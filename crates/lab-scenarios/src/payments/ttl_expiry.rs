@@ -235,7 +235,7 @@ async fn slow_first(
 
     n.step(Msg::new("step.slow_first").arg("key", key).arg("lease", lease.as_millis() as i64))
         .await?;
-    n.request(pay_msg("first", key, AMOUNT));
+    n.call("who.first", payments::NAME, pay_msg("first", key, AMOUNT));
     let first_client = patient_client()?;
     let first = send_pay(&first_client, service, key, AMOUNT);
     tokio::pin!(first);

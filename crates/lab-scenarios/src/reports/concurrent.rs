@@ -132,7 +132,7 @@ async fn race(ctx: &Ctx, api: &ServiceHandle, path: &str) -> Result<Vec<PostResu
     let (one, two) = (worker_client(None)?, worker_client(None)?);
     for who in ["one", "two"] {
         ctx.narrator
-            .request(request_msg(who, path, Some(STABLE_KEY), REPORT_TYPE));
+            .call(&format!("worker.{who}"), reports::NAME, request_msg(who, path, Some(STABLE_KEY), REPORT_TYPE));
     }
     let (a, b) = tokio::join!(
         send_post(&one, api, path, Some(STABLE_KEY), REPORT_TYPE),

@@ -168,8 +168,11 @@ pub async fn post_report(
     key: Option<&str>,
     report_type: &str,
 ) -> Result<PostResult, ScenarioError> {
-    ctx.narrator
-        .request(request_msg(who, "/reports", key, report_type));
+    ctx.narrator.call(
+        &format!("worker.{who}"),
+        reports::NAME,
+        request_msg(who, "/reports", key, report_type),
+    );
     let result = send_post(client, api, "/reports", key, report_type).await?;
     ctx.narrator.response(result.view());
     Ok(result)

@@ -81,7 +81,7 @@ async fn call_through_slow_hop(
     });
     let client = worker_client(Some(client_timeout))?;
     ctx.narrator
-        .request(request_msg("a", "/reports", key, REPORT_TYPE));
+        .call("worker.a", reports::NAME, request_msg("a", "/reports", key, REPORT_TYPE));
     let result = send_post(&client, api, "/reports", key, REPORT_TYPE).await?;
     tokio::time::timeout(COMMIT_LIMIT, answered.notified())
         .await
