@@ -212,7 +212,7 @@ pub fn swimlanes(texts: &Texts, lang: Lang, events: &[Event]) -> String {
     const LANE: usize = 4;
     let mut out = String::new();
     for (i, name) in picture.participants.iter().enumerate() {
-        let _ = writeln!(out, "  {}{} {name}", "│   ".repeat(i), "┌");
+        let _ = writeln!(out, "  {}┌ {name}", "│   ".repeat(i));
     }
     let row = |cells: Vec<char>, text: &str| -> String {
         let lanes: String = cells.into_iter().collect();
