@@ -55,6 +55,8 @@ impl Stream {
 /// What a toxic does, with its attributes. Times are in milliseconds unless noted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ToxicKind {
+    /// Does nothing: Toxiproxy's `noop`, handy to check that a client can add and remove toxics.
+    Noop,
     /// Delay every chunk by `latency` ms, plus or minus up to `jitter` ms.
     Latency { latency: u64, jitter: u64 },
     /// Stop all data; close the connection after `timeout` ms (0 = never close).
@@ -80,6 +82,7 @@ impl ToxicKind {
     /// The Toxiproxy `type` string.
     pub fn type_name(&self) -> &'static str {
         match self {
+            ToxicKind::Noop => "noop",
             ToxicKind::Latency { .. } => "latency",
             ToxicKind::Timeout { .. } => "timeout",
             ToxicKind::ResetPeer { .. } => "reset_peer",
@@ -94,6 +97,7 @@ impl ToxicKind {
     /// also what the `toxiproxy_rust` client expects (`HashMap<String, u32>`).
     fn attributes(&self) -> Map<String, Value> {
         let pairs: &[(&str, u64)] = match *self {
+            ToxicKind::Noop => &[],
             ToxicKind::Latency { latency, jitter } => &[("latency", latency), ("jitter", jitter)],
             ToxicKind::Timeout { timeout } | ToxicKind::ResetPeer { timeout } => {
                 &[("timeout", timeout)]
@@ -131,6 +135,7 @@ impl ToxicKind {
             }
         };
         Ok(match type_name {
+            "noop" => ToxicKind::Noop,
             "latency" => ToxicKind::Latency {
                 latency: attribute("latency")?,
                 jitter: attribute("jitter")?,
@@ -227,18 +232,32 @@ impl Toxic {
 }
 
 /// Toxiproxy's wire format of a toxic; the defaults are Toxiproxy's.
+///
+/// Every field may also be `null`, which means "not given", as in Go's decoder: the Go
+/// client sends `"attributes": null` for a toxic without attributes (a `noop`, or a latency
+/// of 0 through `AddToxic(…, nil)`).
 #[derive(Serialize, Deserialize)]
 struct ToxicJson {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     name: String,
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", default, deserialize_with = "null_as_default")]
     type_name: String,
     #[serde(default)]
     stream: Option<String>,
     #[serde(default)]
     toxicity: Option<f32>,
     #[serde(default)]
-    attributes: Map<String, Value>,
+    attributes: Option<Map<String, Value>>,
+}
+
+/// Reads `null` as the type's default (`""` for a string), as Go's JSON decoder leaves a
+/// field untouched when it meets `null`.
+pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 impl TryFrom<ToxicJson> for Toxic {
@@ -246,7 +265,8 @@ impl TryFrom<ToxicJson> for Toxic {
 
     fn try_from(json: ToxicJson) -> Result<Toxic, Error> {
         let stream = Stream::parse(json.stream.as_deref().unwrap_or("downstream"))?;
-        let kind = ToxicKind::from_attributes(&json.type_name, &json.attributes)?;
+        let attributes = json.attributes.unwrap_or_default();
+        let kind = ToxicKind::from_attributes(&json.type_name, &attributes)?;
         let mut toxic = Toxic::new(kind, stream).with_toxicity(json.toxicity.unwrap_or(1.0));
         if !json.name.is_empty() {
             toxic.name = json.name;
@@ -260,7 +280,7 @@ impl From<Toxic> for ToxicJson {
     fn from(toxic: Toxic) -> ToxicJson {
         ToxicJson {
             type_name: toxic.kind.type_name().to_owned(),
-            attributes: toxic.kind.attributes(),
+            attributes: Some(toxic.kind.attributes()),
             name: toxic.name,
             stream: Some(toxic.stream.as_str().to_owned()),
             toxicity: Some(toxic.toxicity),
@@ -329,6 +349,9 @@ pub(crate) struct ToxicChain {
     rng: Rng,
     /// A change of the toxic list was seen during a wait and not yet taken in.
     stale: bool,
+    /// A timeout toxic that applied to this connection was removed: the connection must close
+    /// (see [`Self::must_close`]).
+    timeout_removed: bool,
     /// The proxy's count of chunks held by a wait (see `Proxy::held_chunks`).
     held: Arc<AtomicUsize>,
     /// The proxy's total of chunks swallowed (see `Proxy::swallowed_chunks`).
@@ -348,6 +371,7 @@ impl ToxicChain {
             applied: Vec::new(),
             rng: Rng::new(),
             stale: false,
+            timeout_removed: false,
             held,
             swallowed,
         };
@@ -384,6 +408,18 @@ impl ToxicChain {
             };
             self.applied.push(applied);
         }
+        // What is left in `previous` was removed (by name: an update keeps the name). Toxiproxy
+        // closes a connection whose timeout toxic is removed, a `POST /reset` included, rather
+        // than let data flow again on a connection that lost some of it: the toxic's "cleanup".
+        self.timeout_removed |= previous.iter().any(|gone| {
+            gone.rolled_in && matches!(gone.toxic.kind, ToxicKind::Timeout { .. })
+        });
+    }
+
+    /// Whether this connection must be closed now, because a timeout toxic that applied to it
+    /// was removed. The writing side asks after every change of the toxic list it takes in.
+    pub(crate) fn must_close(&self) -> bool {
+        self.timeout_removed
     }
 
     /// The toxics that won their toxicity roll, in the order they were added
@@ -423,6 +459,11 @@ impl ToxicChain {
     /// (Bandwidth and slicer act when the bytes are written: [`Self::write_shaped`].)
     pub(crate) async fn process(&mut self, chunk: Chunk) -> Verdict {
         let Chunk { mut bytes, arrived } = chunk;
+        // When the chunk is ready for the next toxic. It starts as the chunk's arrival and moves
+        // on by each latency it waits out, so that two latency toxics add up (500 + 300 ms is
+        // 800 ms, as in Toxiproxy, whose toxics are a pipeline), while a chunk that queued behind
+        // a delayed one is not delayed a second time by the same toxic.
+        let mut ready = arrived;
         let mut then_close = false;
         for index in 0..self.applied.len() {
             if !self.applied[index].rolled_in {
@@ -432,10 +473,15 @@ impl ToxicChain {
                 ToxicKind::Latency { latency, jitter } => {
                     let spread = latency as i128 + self.rng.spread(jitter);
                     let delay_ms = spread.clamp(0, u64::MAX as i128) as u64;
-                    // Counted from the chunk's arrival, not from now: a chunk that
+                    // Counted from when the chunk was ready, not from now: a chunk that
                     // queued behind a delayed one is not delayed a second time.
-                    let deadline = later(arrived, Duration::from_millis(delay_ms));
-                    self.wait_while_in_force(index, deadline).await;
+                    let deadline = later(ready, Duration::from_millis(delay_ms));
+                    ready = if self.wait_while_in_force(index, deadline).await {
+                        deadline
+                    } else {
+                        // Removed while it held the chunk: the rest counts from now.
+                        Instant::now()
+                    };
                 }
                 ToxicKind::Timeout { .. } => {
                     self.swallowed.fetch_add(1, Ordering::SeqCst);
@@ -455,7 +501,8 @@ impl ToxicChain {
                     applied.bytes_passed += bytes.len() as u64;
                     then_close |= applied.bytes_passed >= limit;
                 }
-                ToxicKind::Bandwidth { .. }
+                ToxicKind::Noop
+                | ToxicKind::Bandwidth { .. }
                 | ToxicKind::SlowClose { .. }
                 | ToxicKind::Slicer { .. } => {}
             }
