@@ -64,7 +64,7 @@ use parking_lot::Mutex;
 
 pub use api::{TOXIPROXY_VERSION, router};
 pub use error::Error;
-pub use fault::{ArmedFault, Fault, Trigger};
+pub use fault::{ArmedFault, Arming, Fault, FaultInfo, Trigger};
 pub use proxy::{Proxy, ProxyInfo};
 pub use toxic::{Stream, Toxic, ToxicKind};
 
