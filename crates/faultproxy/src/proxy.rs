@@ -87,8 +87,12 @@ struct Settings {
 }
 
 impl Settings {
-    fn listens_on(&self, listen: &str) -> bool {
-        listen == self.listen || listen == self.listen_addr.to_string()
+    /// Whether `listen` (resolved: `resolved`) names the address this proxy listens on, as
+    /// Toxiproxy decides whether an update or populate changes it: the text it shows, or
+    /// another name of the same address (`localhost:3310` for `127.0.0.1:3310`). Port 0 is
+    /// never the same: it asks for a new port.
+    fn is_same_listen(&self, listen: &str, resolved: SocketAddr) -> bool {
+        listen == self.shown_listen() || (resolved.port() != 0 && resolved == self.listen_addr)
     }
 
     fn shown_listen(&self) -> String {
@@ -277,15 +281,12 @@ impl Proxy {
         self.shared.settings().enabled
     }
 
-    /// Whether this proxy was configured with, or listens on, `listen`: the same text, or
-    /// another name of the same address (`localhost:3310` for `127.0.0.1:3310`).
+    /// Whether `listen` names the address this proxy listens on (see `Settings::is_same_listen`).
     pub(crate) async fn listens_on(&self, listen: &str) -> bool {
-        let settings = self.shared.settings();
-        if settings.listens_on(listen) {
-            return true;
+        match resolve(listen).await {
+            Ok(resolved) => self.shared.settings().is_same_listen(listen, resolved),
+            Err(_) => false,
         }
-        let port_given = !listen.ends_with(":0");
-        port_given && resolve(listen).await.is_ok_and(|addr| addr == settings.listen_addr)
     }
 
     pub fn info(&self) -> ProxyInfo {
@@ -326,8 +327,8 @@ impl Proxy {
             return Err(Error::ProxyNotFound(self.shared.name.clone()));
         }
         let current = self.shared.settings();
-        let new_listen = new_listen
-            .filter(|(listen, addr)| !current.listens_on(listen) && *addr != current.listen_addr);
+        let new_listen =
+            new_listen.filter(|(listen, addr)| !current.is_same_listen(listen, *addr));
         let upstream_changed = change
             .upstream
             .as_ref()

@@ -328,7 +328,8 @@ async fn populate_creates_keeps_and_replaces() {
         Some(r#"{"type": "timeout"}"#),
     )
     .await;
-    let same = json!([{"name": "a", "listen": "127.0.0.1:0", "upstream": echo}]).to_string();
+    // Unchanged means the address it listens on (port 0 would ask for a new port).
+    let same = json!([{"name": "a", "listen": a_listen, "upstream": echo}]).to_string();
     let (status, body) = http(api, "POST", "/populate", Some(&same)).await;
     assert_eq!((status, &body["proxies"][0]["listen"]), (201, &a_listen));
     assert_eq!(body["proxies"][0]["toxics"].as_array().unwrap().len(), 1);
