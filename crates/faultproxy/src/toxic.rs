@@ -356,6 +356,8 @@ pub(crate) struct ToxicChain {
     held: Arc<AtomicUsize>,
     /// The proxy's total of chunks swallowed (see `Proxy::swallowed_chunks`).
     swallowed: Arc<AtomicUsize>,
+    /// The small waits of slicer and bandwidth toxics on this stream.
+    pacer: Pacer,
 }
 
 impl ToxicChain {
@@ -374,6 +376,7 @@ impl ToxicChain {
             timeout_removed: false,
             held,
             swallowed,
+            pacer: Pacer::default(),
         };
         chain.sync_with_config();
         chain
@@ -411,9 +414,9 @@ impl ToxicChain {
         // What is left in `previous` was removed (by name: an update keeps the name). Toxiproxy
         // closes a connection whose timeout toxic is removed, a `POST /reset` included, rather
         // than let data flow again on a connection that lost some of it: the toxic's "cleanup".
-        self.timeout_removed |= previous.iter().any(|gone| {
-            gone.rolled_in && matches!(gone.toxic.kind, ToxicKind::Timeout { .. })
-        });
+        self.timeout_removed |= previous
+            .iter()
+            .any(|gone| gone.rolled_in && matches!(gone.toxic.kind, ToxicKind::Timeout { .. }));
     }
 
     /// Whether this connection must be closed now, because a timeout toxic that applied to it
@@ -557,7 +560,7 @@ impl ToxicChain {
             }
         }
         let Some((average_size, size_variation, delay_us)) = slicer else {
-            return write_paced(dest, bytes, rate_kb_per_s).await;
+            return write_paced(dest, bytes, rate_kb_per_s, &mut self.pacer).await;
         };
         let sizes = slice_sizes(bytes.len(), average_size, size_variation, &mut self.rng);
         let mut rest = bytes;
@@ -565,16 +568,48 @@ impl ToxicChain {
             let (slice, remainder) = rest.split_at(*size);
             rest = remainder;
             if index > 0 {
-                sleep(Duration::from_micros(delay_us)).await;
+                self.pacer.wait(Duration::from_micros(delay_us)).await;
             }
-            write_paced(dest, slice, rate_kb_per_s).await?;
+            write_paced(dest, slice, rate_kb_per_s, &mut self.pacer).await?;
         }
         Ok(())
     }
 }
 
+/// Waits out many small delays accurately on a timer that counts whole milliseconds.
+///
+/// Tokio's timer rounds every sleep up to the next millisecond, so a slicer asking for 10 µs
+/// between slices would get 1 ms each (480 slices: half a second instead of 5 ms), and a
+/// bandwidth toxic would run slower than its rate. Like Toxiproxy's bandwidth toxic, which
+/// carries "the error" of each sleep into the next, the pacer keeps a balance: what is owed
+/// accumulates, a sleep pays for as long as it really lasted, and no sleep happens while the
+/// balance is not positive (a zero delay never sleeps at all).
+#[derive(Default)]
+pub(crate) struct Pacer {
+    /// Owed minus slept, in nanoseconds; negative when a sleep overshot.
+    balance_ns: i128,
+}
+
+impl Pacer {
+    async fn wait(&mut self, owed: Duration) {
+        self.balance_ns = self.balance_ns.saturating_add(owed.as_nanos() as i128);
+        if self.balance_ns <= 0 {
+            return;
+        }
+        let started = Instant::now();
+        let due = u64::try_from(self.balance_ns).unwrap_or(u64::MAX);
+        sleep(Duration::from_nanos(due).min(LONGEST_DELAY)).await;
+        self.balance_ns -= started.elapsed().as_nanos() as i128;
+    }
+}
+
 /// Writes `bytes` at `rate_kb_per_s` KB/s (0 = as fast as possible).
-async fn write_paced<W>(dest: &mut W, bytes: &[u8], rate_kb_per_s: u64) -> io::Result<()>
+async fn write_paced<W>(
+    dest: &mut W,
+    bytes: &[u8],
+    rate_kb_per_s: u64,
+    pacer: &mut Pacer,
+) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
 {
@@ -588,10 +623,11 @@ where
         .unwrap_or(usize::MAX)
         .max(1);
     for piece in bytes.chunks(piece_size) {
-        sleep(Duration::from_secs_f64(
-            piece.len() as f64 / bytes_per_second as f64,
-        ))
-        .await;
+        pacer
+            .wait(Duration::from_secs_f64(
+                piece.len() as f64 / bytes_per_second as f64,
+            ))
+            .await;
         dest.write_all(piece).await?;
     }
     Ok(())
@@ -687,6 +723,57 @@ mod tests {
         tokio::time::advance(Duration::from_millis(500)).await;
         chain.process(chunk(arrived)).await;
         assert_eq!(arrived.elapsed(), Duration::from_millis(500));
+    }
+
+    /// Two latency toxics on one stream add up, as in Toxiproxy's pipeline of toxics.
+    #[tokio::test(start_paused = true)]
+    async fn latencies_add_up() {
+        let latency = |name: &str, latency| {
+            Toxic::new(
+                ToxicKind::Latency { latency, jitter: 0 },
+                Stream::Downstream,
+            )
+            .named(name)
+        };
+        let (_config, watched) = watch::channel(vec![latency("a", 500), latency("b", 300)]);
+        let mut chain =
+            ToxicChain::new(Stream::Downstream, watched, Arc::default(), Arc::default());
+        let arrived = Instant::now();
+        let bytes = b"x".to_vec();
+        chain.process(Chunk { bytes, arrived }).await;
+        assert_eq!(arrived.elapsed(), Duration::from_millis(800));
+    }
+
+    /// Removing a timeout toxic (not updating it) asks the connection to close.
+    #[test]
+    fn removing_a_timeout_asks_to_close() {
+        let timeout = |timeout| Toxic::new(ToxicKind::Timeout { timeout }, Stream::Upstream);
+        let (config, watched) = watch::channel(vec![timeout(0)]);
+        let mut chain = ToxicChain::new(Stream::Upstream, watched, Arc::default(), Arc::default());
+        config.send_replace(vec![timeout(5)]);
+        chain.sync_with_config();
+        assert!(!chain.must_close(), "an update keeps the connection");
+        config.send_replace(Vec::new());
+        chain.sync_with_config();
+        assert!(chain.must_close());
+    }
+
+    /// A slicer's 10 µs between slices must not become tokio's 1 ms each: 1000 of them take
+    /// 10 ms in all, not a second. Zero never sleeps. On the paused clock, so exact.
+    #[tokio::test(start_paused = true)]
+    async fn pacer_keeps_small_delays_small() {
+        let mut pacer = Pacer::default();
+        let started = Instant::now();
+        for _ in 0..1000 {
+            pacer.wait(Duration::ZERO).await;
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        for _ in 0..1000 {
+            pacer.wait(Duration::from_micros(10)).await;
+        }
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(10), "{took:?}");
+        assert!(took <= Duration::from_millis(11), "{took:?}");
     }
 
     #[test]
