@@ -65,7 +65,10 @@ async fn toxics(api: SocketAddr, proxy: &str) -> Value {
 /// Asserts an error answer word for word: the Go client turns it into `HTTP {status}: {error}`.
 #[track_caller]
 fn assert_exact_error(response: (u16, Value), status: u16, error: &str) {
-    assert_eq!(response, (status, json!({"error": error, "status": status})));
+    assert_eq!(
+        response,
+        (status, json!({"error": error, "status": status}))
+    );
 }
 
 /// A GET with the given User-Agent; returns the status and the head of the answer.
@@ -92,9 +95,15 @@ async fn request_id() {
         .unwrap_or_else(|| panic!("no X-Toxiproxy-Request-Id in {head}"));
     // Shaped like Toxiproxy's (an xid), and new for every request.
     assert_eq!(id.len(), 20, "{id}");
-    assert!(id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'v').contains(&b)));
+    assert!(
+        id.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'v').contains(&b))
+    );
     let (_, again) = get_as(api, "/version", "curl").await;
-    assert!(!again.contains(&id), "a second request got the same id {id}");
+    assert!(
+        !again.contains(&id),
+        "a second request got the same id {id}"
+    );
 }
 
 #[tokio::test]
@@ -173,7 +182,10 @@ async fn populate_proxy() {
     assert_eq!(status, 201, "{body}");
     let populated = body["proxies"].as_array().unwrap();
     assert_eq!(populated.len(), 2);
-    assert_eq!((&populated[0]["name"], &populated[1]["name"]), (&json!("one"), &json!("two")));
+    assert_eq!(
+        (&populated[0]["name"], &populated[1]["name"]),
+        (&json!("one"), &json!("two"))
+    );
     for proxy in populated {
         assert_proxy_up(proxy["listen"].as_str().unwrap(), true).await;
     }
@@ -207,7 +219,10 @@ async fn populate_disabled_proxy() {
     .await;
     assert_eq!(status, 201, "{body}");
     let populated = body["proxies"].as_array().unwrap();
-    assert_eq!((&populated[0]["name"], &populated[1]["name"]), (&json!("one"), &json!("two")));
+    assert_eq!(
+        (&populated[0]["name"], &populated[1]["name"]),
+        (&json!("one"), &json!("two"))
+    );
     assert_proxy_up(&one, false).await;
     assert_proxy_up(&two, true).await;
 }
@@ -216,10 +231,21 @@ async fn populate_disabled_proxy() {
 async fn populate_existing_proxy() {
     let (_proxies, api) = with_server().await;
     let ((one, one_port), (two, _), (_, three_port)) = (localhost(), localhost(), localhost());
-    assert_eq!(create_proxy(api, "one", &one, "localhost:7171").await.0, 201);
-    assert_eq!(create_proxy(api, "two", &two, "localhost:7474").await.0, 201);
+    assert_eq!(
+        create_proxy(api, "one", &one, "localhost:7171").await.0,
+        201
+    );
+    assert_eq!(
+        create_proxy(api, "two", &two, "localhost:7474").await.0,
+        201
+    );
     // A toxic, to see that `one` is kept rather than replaced.
-    assert_eq!(add_toxic_to(api, "one", "", "latency", "downstream", 1.0, Value::Null).await.0, 200);
+    assert_eq!(
+        add_toxic_to(api, "one", "", "latency", "downstream", 1.0, Value::Null)
+            .await
+            .0,
+        200
+    );
 
     let one_again = format!("127.0.0.1:{one_port}");
     let two_moved = format!("127.0.0.1:{three_port}");
@@ -235,7 +261,10 @@ async fn populate_existing_proxy() {
     .await;
     assert_eq!(status, 201, "{body}");
     let populated = body["proxies"].as_array().unwrap();
-    assert_eq!((&populated[0]["name"], &populated[1]["name"]), (&json!("one"), &json!("two")));
+    assert_eq!(
+        (&populated[0]["name"], &populated[1]["name"]),
+        (&json!("one"), &json!("two"))
+    );
     assert_eq!(
         (&populated[0]["listen"], &populated[1]["listen"]),
         (&json!(one_again), &json!(two_moved))
@@ -286,7 +315,10 @@ async fn populate_proxy_with_bad_data_should_return_error() {
     // cannot be parsed being the request's fault (CONFORMANCE.md). Either way: an error, and
     // what came before it was applied, what came after was not.
     assert_eq!(status, 400, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("local373"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("local373"),
+        "{body}"
+    );
     let (_, proxies) = http(api, "GET", "/proxies", None).await;
     let names: Vec<&String> = proxies.as_object().unwrap().keys().collect();
     assert_eq!(names, ["one"]);
@@ -306,7 +338,8 @@ async fn populate_add_toxic() {
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["proxies"].as_array().unwrap().len(), 1);
     assert_eq!(body["proxies"][0]["name"], "one");
-    let (status, toxic) = add_toxic_to(api, "one", "", "latency", "downstream", 1.0, Value::Null).await;
+    let (status, toxic) =
+        add_toxic_to(api, "one", "", "latency", "downstream", 1.0, Value::Null).await;
     assert_eq!(status, 200, "{toxic}");
 }
 
@@ -314,13 +347,22 @@ async fn populate_add_toxic() {
 async fn listing_proxies() {
     let (_proxies, api) = with_server().await;
     let (listen, port) = localhost();
-    assert_eq!(create_proxy(api, "mysql_master", &listen, "localhost:20001").await.0, 201);
+    assert_eq!(
+        create_proxy(api, "mysql_master", &listen, "localhost:20001")
+            .await
+            .0,
+        201
+    );
     let (status, proxies) = http(api, "GET", "/proxies", None).await;
     assert_eq!(status, 200);
     let proxy = &proxies["mysql_master"];
     assert_eq!(
         (&proxy["name"], &proxy["listen"], &proxy["upstream"]),
-        (&json!("mysql_master"), &json!(format!("127.0.0.1:{port}")), &json!("localhost:20001"))
+        (
+            &json!("mysql_master"),
+            &json!(format!("127.0.0.1:{port}")),
+            &json!("localhost:20001")
+        )
     );
     assert!(find_toxic(&proxy["toxics"], "latency").is_none());
 }
@@ -329,11 +371,21 @@ async fn listing_proxies() {
 async fn create_and_get_proxy() {
     let (_proxies, api) = with_server().await;
     let (listen, port) = localhost();
-    assert_eq!(create_proxy(api, "mysql_master", &listen, "localhost:20001").await.0, 201);
+    assert_eq!(
+        create_proxy(api, "mysql_master", &listen, "localhost:20001")
+            .await
+            .0,
+        201
+    );
     let (status, proxy) = http(api, "GET", "/proxies/mysql_master", None).await;
     assert_eq!(status, 200);
     assert_eq!(
-        (&proxy["name"], &proxy["listen"], &proxy["upstream"], &proxy["enabled"]),
+        (
+            &proxy["name"],
+            &proxy["listen"],
+            &proxy["upstream"],
+            &proxy["enabled"]
+        ),
         (
             &json!("mysql_master"),
             &json!(format!("127.0.0.1:{port}")),
@@ -372,7 +424,11 @@ async fn create_proxy_with_save() {
     let (_, proxy) = http(api, "GET", "/proxies/mysql_master", None).await;
     assert_eq!(
         (&proxy["listen"], &proxy["upstream"], &proxy["enabled"]),
-        (&json!(format!("127.0.0.1:{port}")), &json!("localhost:20001"), &json!(true))
+        (
+            &json!(format!("127.0.0.1:{port}")),
+            &json!("localhost:20001"),
+            &json!(true)
+        )
     );
     assert_proxy_up(proxy["listen"].as_str().unwrap(), true).await;
 }
@@ -407,7 +463,14 @@ async fn create_disabled_proxy_and_enable() {
     assert_proxy_up(&listen, true).await;
 
     // The Go client saves what the last answer said: the resolved address now.
-    save(api, true, "mysql_master", enabled["listen"].as_str().unwrap(), false).await;
+    save(
+        api,
+        true,
+        "mysql_master",
+        enabled["listen"].as_str().unwrap(),
+        false,
+    )
+    .await;
     assert_proxy_up(&listen, false).await;
 }
 
@@ -436,28 +499,54 @@ async fn delete_proxy() {
 async fn create_proxy_port_conflict() {
     let (_proxies, api) = with_server().await;
     let (listen, port) = localhost();
-    assert_eq!(create_proxy(api, "mysql_master", &listen, "localhost:20001").await.0, 201);
+    assert_eq!(
+        create_proxy(api, "mysql_master", &listen, "localhost:20001")
+            .await
+            .0,
+        201
+    );
     assert_exact_error(
         create_proxy(api, "test", &listen, "localhost:20001").await,
         500,
         &format!("listen tcp 127.0.0.1:{port}: bind: address already in use"),
     );
-    assert_eq!(http(api, "DELETE", "/proxies/mysql_master", None).await.0, 204);
-    assert_eq!(create_proxy(api, "test", &listen, "localhost:20001").await.0, 201);
+    assert_eq!(
+        http(api, "DELETE", "/proxies/mysql_master", None).await.0,
+        204
+    );
+    assert_eq!(
+        create_proxy(api, "test", &listen, "localhost:20001")
+            .await
+            .0,
+        201
+    );
 }
 
 #[tokio::test]
 async fn create_proxy_name_conflict() {
     let (_proxies, api) = with_server().await;
     let ((first, _), (second, _)) = (localhost(), localhost());
-    assert_eq!(create_proxy(api, "mysql_master", &first, "localhost:20001").await.0, 201);
+    assert_eq!(
+        create_proxy(api, "mysql_master", &first, "localhost:20001")
+            .await
+            .0,
+        201
+    );
     assert_exact_error(
         create_proxy(api, "mysql_master", &second, "localhost:20001").await,
         409,
         "proxy already exists",
     );
-    assert_eq!(http(api, "DELETE", "/proxies/mysql_master", None).await.0, 204);
-    assert_eq!(create_proxy(api, "mysql_master", &second, "localhost:20001").await.0, 201);
+    assert_eq!(
+        http(api, "DELETE", "/proxies/mysql_master", None).await.0,
+        204
+    );
+    assert_eq!(
+        create_proxy(api, "mysql_master", &second, "localhost:20001")
+            .await
+            .0,
+        201
+    );
 }
 
 #[tokio::test]
@@ -466,8 +555,16 @@ async fn reset_state() {
     let (listen, _) = localhost();
     create_proxy(api, "mysql_master", &listen, "localhost:20001").await;
     let attributes = json!({"latency": 100, "jitter": 10});
-    let (status, latency) =
-        add_toxic_to(api, "mysql_master", "", "latency", "downstream", 1.0, attributes.clone()).await;
+    let (status, latency) = add_toxic_to(
+        api,
+        "mysql_master",
+        "",
+        "latency",
+        "downstream",
+        1.0,
+        attributes.clone(),
+    )
+    .await;
     assert_eq!((status, &latency["attributes"]), (200, &attributes));
 
     // The Go client's ResetState: an empty text/plain body.
@@ -496,8 +593,15 @@ async fn add_toxic() {
     let (listen, _) = localhost();
     create_proxy(api, "mysql_master", &listen, "localhost:20001").await;
     let attributes = json!({"latency": 100, "jitter": 10});
-    let (status, latency) =
-        add_toxic_call(api, "foobar", "latency", "downstream", 1.0, attributes.clone()).await;
+    let (status, latency) = add_toxic_call(
+        api,
+        "foobar",
+        "latency",
+        "downstream",
+        1.0,
+        attributes.clone(),
+    )
+    .await;
     assert_eq!((status, &latency["attributes"]), (200, &attributes));
 
     let toxics = toxics(api, "mysql_master").await;
@@ -518,7 +622,16 @@ async fn add_toxic_call(
     toxicity: f32,
     attributes: Value,
 ) -> (u16, Value) {
-    add_toxic_to(api, "mysql_master", name, type_name, stream, toxicity, attributes).await
+    add_toxic_to(
+        api,
+        "mysql_master",
+        name,
+        type_name,
+        stream,
+        toxicity,
+        attributes,
+    )
+    .await
 }
 
 #[tokio::test]
@@ -535,11 +648,20 @@ async fn add_multiple_toxics() {
     let toxics = toxics(api, "mysql_master").await;
     for name in ["latency1", "latency2"] {
         let toxic = find_toxic(&toxics, name).unwrap();
-        assert_eq!((&toxic["type"], &toxic["stream"]), (&json!("latency"), &json!("downstream")));
+        assert_eq!(
+            (&toxic["type"], &toxic["stream"]),
+            (&json!("latency"), &json!("downstream"))
+        );
         assert_eq!(toxic["toxicity"], 1.0);
         assert_eq!(toxic["attributes"], json!({"latency": 0, "jitter": 0}));
     }
-    assert!(toxics.as_array().unwrap().iter().all(|t| t["stream"] != "upstream"));
+    assert!(
+        toxics
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["stream"] != "upstream")
+    );
 }
 
 #[tokio::test]
@@ -547,7 +669,12 @@ async fn add_conflicting_toxic() {
     let (_proxies, api) = with_server().await;
     let (listen, _) = localhost();
     create_proxy(api, "mysql_master", &listen, "localhost:20001").await;
-    assert_eq!(add_toxic_call(api, "foobar", "latency", "downstream", 1.0, Value::Null).await.0, 200);
+    assert_eq!(
+        add_toxic_call(api, "foobar", "latency", "downstream", 1.0, Value::Null)
+            .await
+            .0,
+        200
+    );
     assert_exact_error(
         add_toxic_call(api, "foobar", "slow_close", "downstream", 1.0, Value::Null).await,
         409,
@@ -555,7 +682,10 @@ async fn add_conflicting_toxic() {
     );
     let toxics = toxics(api, "mysql_master").await;
     let toxic = find_toxic(&toxics, "foobar").unwrap();
-    assert_eq!((&toxic["type"], &toxic["stream"]), (&json!("latency"), &json!("downstream")));
+    assert_eq!(
+        (&toxic["type"], &toxic["stream"]),
+        (&json!("latency"), &json!("downstream"))
+    );
     assert_eq!(toxic["attributes"], json!({"latency": 0, "jitter": 0}));
     assert_eq!(toxics.as_array().unwrap().len(), 1);
 }
@@ -565,7 +695,12 @@ async fn add_conflicting_toxics_multistream() {
     let (_proxies, api) = with_server().await;
     let (listen, _) = localhost();
     create_proxy(api, "mysql_master", &listen, "localhost:20001").await;
-    assert_eq!(add_toxic_call(api, "foobar", "latency", "upstream", 1.0, Value::Null).await.0, 200);
+    assert_eq!(
+        add_toxic_call(api, "foobar", "latency", "upstream", 1.0, Value::Null)
+            .await
+            .0,
+        200
+    );
     assert_exact_error(
         add_toxic_call(api, "foobar", "latency", "downstream", 1.0, Value::Null).await,
         409,
@@ -573,7 +708,10 @@ async fn add_conflicting_toxics_multistream() {
     );
     let toxics = toxics(api, "mysql_master").await;
     let toxic = find_toxic(&toxics, "foobar").unwrap();
-    assert_eq!((&toxic["type"], &toxic["stream"]), (&json!("latency"), &json!("upstream")));
+    assert_eq!(
+        (&toxic["type"], &toxic["stream"]),
+        (&json!("latency"), &json!("upstream"))
+    );
     assert_eq!(toxics.as_array().unwrap().len(), 1, "no downstream foobar");
 }
 
@@ -583,12 +721,20 @@ async fn add_conflicting_toxics_multistream_defaults() {
     let (listen, _) = localhost();
     create_proxy(api, "mysql_master", &listen, "localhost:20001").await;
     for stream in ["upstream", "downstream"] {
-        assert_eq!(add_toxic_call(api, "", "latency", stream, 1.0, Value::Null).await.0, 200);
+        assert_eq!(
+            add_toxic_call(api, "", "latency", stream, 1.0, Value::Null)
+                .await
+                .0,
+            200
+        );
     }
     let toxics = toxics(api, "mysql_master").await;
     for stream in ["upstream", "downstream"] {
         let toxic = find_toxic(&toxics, &format!("latency_{stream}")).unwrap();
-        assert_eq!((&toxic["type"], &toxic["stream"]), (&json!("latency"), &json!(stream)));
+        assert_eq!(
+            (&toxic["type"], &toxic["stream"]),
+            (&json!("latency"), &json!(stream))
+        );
         assert_eq!(toxic["toxicity"], 1.0);
         assert_eq!(toxic["attributes"], json!({"latency": 0, "jitter": 0}));
     }
@@ -603,10 +749,16 @@ async fn add_toxic_with_toxicity() {
     let (status, latency) =
         add_toxic_call(api, "", "latency", "downstream", 0.2, attributes.clone()).await;
     assert_eq!(status, 200);
-    assert_eq!((&latency["toxicity"], &latency["attributes"]), (&json!(0.2), &attributes));
+    assert_eq!(
+        (&latency["toxicity"], &latency["attributes"]),
+        (&json!(0.2), &attributes)
+    );
     let toxics = toxics(api, "mysql_master").await;
     let toxic = find_toxic(&toxics, "latency_downstream").unwrap();
-    assert_eq!((&toxic["toxicity"], &toxic["attributes"]), (&json!(0.2), &attributes));
+    assert_eq!(
+        (&toxic["toxicity"], &toxic["attributes"]),
+        (&json!(0.2), &attributes)
+    );
 }
 
 #[tokio::test]
@@ -626,7 +778,10 @@ async fn add_noop() {
     );
     let toxics = toxics(api, "mysql_master").await;
     let toxic = find_toxic(&toxics, "foobar").unwrap();
-    assert_eq!((&toxic["type"], &toxic["stream"]), (&json!("noop"), &json!("downstream")));
+    assert_eq!(
+        (&toxic["type"], &toxic["stream"]),
+        (&json!("noop"), &json!("downstream"))
+    );
 }
 
 /// The Go client's `UpdateToxic(name, toxicity, attributes)`: toxicity -1 means "keep it",
@@ -666,11 +821,17 @@ async fn update_toxics() {
     );
     let updated = update_toxic(api, "latency_downstream", -1.0, json!({"latency": 500})).await;
     let expected = json!({"latency": 500, "jitter": 10});
-    assert_eq!((&updated["toxicity"], &updated["attributes"]), (&json!(0.5), &expected));
+    assert_eq!(
+        (&updated["toxicity"], &updated["attributes"]),
+        (&json!(0.5), &expected)
+    );
 
     let toxics = toxics(api, "mysql_master").await;
     let toxic = find_toxic(&toxics, "latency_downstream").unwrap();
-    assert_eq!((&toxic["toxicity"], &toxic["attributes"]), (&json!(0.5), &expected));
+    assert_eq!(
+        (&toxic["toxicity"], &toxic["attributes"]),
+        (&json!(0.5), &expected)
+    );
 }
 
 #[tokio::test]

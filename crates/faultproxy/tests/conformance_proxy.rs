@@ -32,7 +32,12 @@ async fn tcp_server() -> (SocketAddr, oneshot::Receiver<Vec<u8>>) {
 
 /// Toxiproxy's `WithTCPProxy`: that server behind a proxy named `test` listening on
 /// `localhost:0`, and a client connected through it.
-async fn tcp_proxy() -> (FaultProxy, SocketAddr, TcpStream, oneshot::Receiver<Vec<u8>>) {
+async fn tcp_proxy() -> (
+    FaultProxy,
+    SocketAddr,
+    TcpStream,
+    oneshot::Receiver<Vec<u8>>,
+) {
     let (upstream, received) = tcp_server().await;
     let proxies = FaultProxy::new();
     let api = serve_api(&proxies).await;
@@ -133,7 +138,12 @@ async fn stop_proxy_before_starting() {
     let listen = format!("localhost:{}", free_port());
     let body = json!({"name": "test", "listen": listen, "upstream": upstream.to_string(),
         "enabled": false});
-    assert_eq!(http(api, "POST", "/proxies", Some(&body.to_string())).await.0, 201);
+    assert_eq!(
+        http(api, "POST", "/proxies", Some(&body.to_string()))
+            .await
+            .0,
+        201
+    );
     assert_proxy_up(&listen, false).await;
 
     // Stopping a proxy that never started, then starting it twice: the second start is no
@@ -203,10 +213,20 @@ async fn restart_failed_to_start_proxy() {
     assert_proxy_up(&taken, true).await;
 
     let body = json!({"name": "test", "listen": taken, "upstream": upstream, "enabled": false});
-    assert_eq!(http(api, "POST", "/proxies", Some(&body.to_string())).await.0, 201);
+    assert_eq!(
+        http(api, "POST", "/proxies", Some(&body.to_string()))
+            .await
+            .0,
+        201
+    );
     let (status, error) = update(api, "test", json!({"enabled": true})).await;
     assert_eq!(status, 500, "{error}");
-    assert!(error["error"].as_str().unwrap().ends_with("address already in use"));
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("address already in use")
+    );
 
     assert_eq!(update(api, "test2", json!({"enabled": false})).await.0, 200);
     assert_proxy_up(&taken, false).await;
@@ -228,9 +248,19 @@ async fn proxy_differs() {
     let proxies = FaultProxy::new();
     let api = serve_api(&proxies).await;
     let (_, created) = create(api, "test", "localhost:0", &upstream).await;
-    let port = created["listen"].as_str().unwrap().rsplit_once(':').unwrap().1;
+    let port = created["listen"]
+        .as_str()
+        .unwrap()
+        .rsplit_once(':')
+        .unwrap()
+        .1;
     let toxic = json!({"type": "latency", "attributes": {"latency": 1}}).to_string();
-    assert_eq!(http(api, "POST", "/proxies/test/toxics", Some(&toxic)).await.0, 200);
+    assert_eq!(
+        http(api, "POST", "/proxies/test/toxics", Some(&toxic))
+            .await
+            .0,
+        200
+    );
 
     let again = json!([{"name": "test", "listen": format!("localhost:{port}"),
         "upstream": upstream}]);
