@@ -99,8 +99,7 @@ impl Fault {
             "connection_refused" => Fault::ConnectionRefused,
             "reset" => Fault::Reset,
             "slow_response" => {
-                let delay_ms =
-                    delay_ms.ok_or_else(|| Error::MissingField("delay_ms".into()))?;
+                let delay_ms = delay_ms.ok_or_else(|| Error::MissingField("delay_ms".into()))?;
                 return Ok(Fault::SlowResponse(Duration::from_millis(delay_ms)));
             }
             other => {
@@ -121,7 +120,9 @@ impl Fault {
     /// `slow_response`'s delay in milliseconds; `None` for the other faults.
     pub fn delay_ms(&self) -> Option<u64> {
         match self {
-            Fault::SlowResponse(delay) => Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)),
+            Fault::SlowResponse(delay) => {
+                Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX))
+            }
             _ => None,
         }
     }

@@ -327,8 +327,7 @@ impl Proxy {
             return Err(Error::ProxyNotFound(self.shared.name.clone()));
         }
         let current = self.shared.settings();
-        let new_listen =
-            new_listen.filter(|(listen, addr)| !current.is_same_listen(listen, *addr));
+        let new_listen = new_listen.filter(|(listen, addr)| !current.is_same_listen(listen, *addr));
         let upstream_changed = change
             .upstream
             .as_ref()
