@@ -66,7 +66,12 @@ use crate::toxic::{Toxic, ToxicUpdate, null_as_default};
 /// The Toxiproxy version whose API we follow, reported by `GET /version`.
 pub const TOXIPROXY_VERSION: &str = "2.12.0";
 
-/// The API's routes, with `proxies` as their state.
+/// The API's routes, with `proxies` as their state: Toxiproxy 2.x's (`/version`, `/reset`,
+/// `/populate`, `/proxies[/{proxy}[/toxics[/{toxic}]]]`) with its status codes, error words,
+/// `X-Toxiproxy-Request-Id` header and refusal of browsers (403 to a `Mozilla/` User-Agent);
+/// and the lab's one-shot faults under `/lab/proxies/{proxy}/faults` (POST arms
+/// `{"fault": NAME, "connections": N, "delay_ms": MS}`, GET lists [`FaultInfo`]s, DELETE
+/// disarms), which a real Toxiproxy does not have.
 pub fn router(proxies: FaultProxy) -> Router {
     Router::new()
         .route("/version", get(version))

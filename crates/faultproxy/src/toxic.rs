@@ -9,6 +9,11 @@
 //! * [`ToxicChain`]: what one direction of one open connection does with the
 //!   toxics, chunk by chunk. It watches the proxy's toxic list, so a toxic added
 //!   while a connection is open applies to that connection from its next chunk on.
+//!
+//! The chain behaves as Toxiproxy's pipeline of toxics does: toxics apply in the order they
+//! were added, so two latency toxics add up; removing a toxic lets a chunk it holds go at
+//! once, and removing a timeout toxic closes the connection it held; slicer and bandwidth
+//! waits are paced ([`Pacer`]) so that microsecond delays stay microseconds.
 
 use std::io;
 use std::sync::Arc;
