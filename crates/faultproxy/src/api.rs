@@ -1,4 +1,4 @@
-//! The Toxiproxy 2.x HTTP API (the subset clients use), over a [`FaultProxy`].
+//! The Toxiproxy 2.x HTTP API, over a [`FaultProxy`], and the lab's fault extension.
 //!
 //! | route                                | methods                    |
 //! |--------------------------------------|----------------------------|
@@ -9,21 +9,47 @@
 //! | `/proxies/{proxy}`                   | GET, POST/PATCH, DELETE    |
 //! | `/proxies/{proxy}/toxics`            | GET, POST                  |
 //! | `/proxies/{proxy}/toxics/{toxic}`    | GET, POST/PATCH, DELETE    |
+//! | `/lab/proxies/{proxy}/faults`        | GET, POST, DELETE (lab extension) |
 //!
-//! Status codes are Toxiproxy's: 201 for a created proxy and for populate, 204 for
-//! DELETE and reset, 404 for an unknown proxy or toxic, 409 for a duplicate name,
-//! 400 for anything wrong with the request. Every error answers
-//! `{"error": "...", "status": N}`. Bodies are read as JSON whatever their
-//! Content-Type, since Toxiproxy's Go server never looks at it either.
+//! Behaviour is Toxiproxy's, checked test by test against its own suite (the crate's
+//! `CONFORMANCE.md` lists every test and what we do differently on purpose):
+//!
+//! * Status codes: 201 for a created proxy and for populate, 200 for a created toxic, 204 for
+//!   DELETE and reset, 404 for an unknown proxy or toxic, 409 only for a name that exists,
+//!   500 when the listen address cannot be bound (taken, say), 400 for anything wrong with
+//!   the request.
+//! * Errors: `{"error": "...", "status": N}`, with Toxiproxy's exact words in `error` (see
+//!   [`Error::toxiproxy_message`]): clients compare them.
+//! * Every answer carries an `X-Toxiproxy-Request-Id` header, and a request whose
+//!   User-Agent starts with `Mozilla/` (a browser) is refused with 403 before anything
+//!   runs: a web page must not be able to reconfigure a developer's proxies behind their
+//!   back (a cross-site POST needs no CORS preflight).
+//! * Bodies are read as JSON whatever their Content-Type, since Toxiproxy's Go server never
+//!   looks at it either, and `null` means "not given" for any field, as it does for Go's
+//!   decoder (the Go client sends `"attributes": null` and `"toxics": null`).
+//!
+//! The lab extension arms one-shot [`Fault`](crate::Fault)s over HTTP, under `/lab/` so that
+//! it can never collide with a Toxiproxy path:
+//!
+//! * `POST /lab/proxies/{proxy}/faults` with `{"fault": NAME, "connections": N,
+//!   "delay_ms": MS}` arms `NAME` (see [`Fault::name`](crate::Fault::name)) for the next
+//!   `N` connections (default 1); `delay_ms` is for `slow_response` only, and required
+//!   there. Answers 201 with the armed fault as a [`FaultInfo`].
+//! * `GET /lab/proxies/{proxy}/faults` lists the armed faults with their uses left and
+//!   fired counts; `DELETE` disarms them all (204).
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -32,13 +58,20 @@ use serde_json::json;
 
 use crate::FaultProxy;
 use crate::error::Error;
+use crate::fault::{Fault, FaultInfo};
 use crate::proxy::{Proxy, ProxyInfo, ProxyUpdate};
-use crate::toxic::{Toxic, ToxicUpdate};
+use crate::rng::Rng;
+use crate::toxic::{Toxic, ToxicUpdate, null_as_default};
 
 /// The Toxiproxy version whose API we follow, reported by `GET /version`.
 pub const TOXIPROXY_VERSION: &str = "2.12.0";
 
-/// The API's routes, with `proxies` as their state.
+/// The API's routes, with `proxies` as their state: Toxiproxy 2.x's (`/version`, `/reset`,
+/// `/populate`, `/proxies[/{proxy}[/toxics[/{toxic}]]]`) with its status codes, error words,
+/// `X-Toxiproxy-Request-Id` header and refusal of browsers (403 to a `Mozilla/` User-Agent);
+/// and the lab's one-shot faults under `/lab/proxies/{proxy}/faults` (POST arms
+/// `{"fault": NAME, "connections": N, "delay_ms": MS}`, GET lists [`FaultInfo`]s, DELETE
+/// disarms), which a real Toxiproxy does not have.
 pub fn router(proxies: FaultProxy) -> Router {
     Router::new()
         .route("/version", get(version))
@@ -63,11 +96,73 @@ pub fn router(proxies: FaultProxy) -> Router {
                 .patch(update_toxic)
                 .delete(delete_toxic),
         )
+        // The lab's extension, under a prefix of its own: no Toxiproxy path starts so.
+        .route(
+            "/lab/proxies/{proxy}/faults",
+            get(list_faults).post(arm_fault).delete(disarm_faults),
+        )
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not found") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
         .with_state(proxies)
+        // The last layer added runs first: every answer, a refused browser's included, gets
+        // its request id.
+        .layer(middleware::from_fn(stop_browsers))
+        .layer(middleware::from_fn(tag_with_request_id))
+}
+
+/// Refuses browsers (a User-Agent starting with `Mozilla/`), as Toxiproxy does: any web page
+/// a developer opens could otherwise POST to `localhost:8474` and reconfigure their proxies
+/// (a cross-site form POST needs no CORS preflight). Tools (curl, wget, the clients) are not
+/// affected; a browser that really must talk to the API can be given another User-Agent.
+async fn stop_browsers(request: Request, next: Next) -> Response {
+    let from_browser = request
+        .headers()
+        .get(header::USER_AGENT)
+        .is_some_and(|agent| agent.as_bytes().starts_with(b"Mozilla/"));
+    if from_browser {
+        return ApiError::new(StatusCode::FORBIDDEN, "User agent not allowed").into_response();
+    }
+    next.run(request).await
+}
+
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-toxiproxy-request-id");
+
+/// Gives every answer an `X-Toxiproxy-Request-Id` header, as Toxiproxy does (it logs the
+/// same id, so a client can quote it in a report).
+async fn tag_with_request_id(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    if let Ok(id) = HeaderValue::from_str(&new_request_id()) {
+        response.headers_mut().insert(REQUEST_ID.clone(), id);
+    }
+    response
+}
+
+/// A request id shaped like Toxiproxy's (an xid: 20 characters of base32hex, `0-9a-v`): 4
+/// bytes of Unix time, 5 bytes fixed for this process, a 3-byte counter.
+fn new_request_id() -> String {
+    static PROCESS: LazyLock<u64> = LazyLock::new(|| Rng::new().next_u64());
+    static COUNTER: LazyLock<AtomicU32> =
+        LazyLock::new(|| AtomicU32::new(Rng::new().next_u64() as u32));
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs() as u32);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+    let mut bytes = [0u8; 12];
+    bytes[..4].copy_from_slice(&seconds.to_be_bytes());
+    bytes[4..9].copy_from_slice(&PROCESS.to_be_bytes()[..5]);
+    bytes[9..].copy_from_slice(&count.to_be_bytes()[1..]);
+    // 96 bits, 5 at a time (the last character takes the 1 bit left, padded).
+    let bits = u128::from_be_bytes({
+        let mut wide = [0u8; 16];
+        wide[..12].copy_from_slice(&bytes);
+        wide
+    });
+    const ALPHABET: &[u8; 32] = b"0123456789abcdefghijklmnopqrstuv";
+    (0..20)
+        .map(|index| ALPHABET[((bits >> (123 - 5 * index)) & 0x1f) as usize] as char)
+        .collect()
 }
 
 /// An error in Toxiproxy's shape: `{"error": message, "status": code}`.
@@ -88,7 +183,7 @@ impl ApiError {
 impl From<Error> for ApiError {
     fn from(error: Error) -> ApiError {
         let status = StatusCode::from_u16(error.status_code()).unwrap_or(StatusCode::BAD_REQUEST);
-        ApiError::new(status, error.to_string())
+        ApiError::new(status, error.toxiproxy_message())
     }
 }
 
@@ -135,14 +230,15 @@ impl Body {
     }
 }
 
-/// A proxy as `POST /proxies` and `POST /populate` receive it.
+/// A proxy as `POST /proxies` and `POST /populate` receive it. Other fields (`toxics`, which
+/// the Go client sends as `null`) are ignored, as Toxiproxy ignores them.
 #[derive(Deserialize)]
 struct ProxyInput {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     listen: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     upstream: String,
     /// Absent means enabled, as in Toxiproxy.
     #[serde(default)]
@@ -205,8 +301,8 @@ async fn populate(State(proxies): State<FaultProxy>, body: Body) -> Response {
             Err(error) => {
                 // Toxiproxy reports the error along with what was already applied.
                 let status = error.status_code();
-                let body =
-                    json!({"error": error.to_string(), "status": status, "proxies": populated});
+                let body = json!({"error": error.toxiproxy_message(), "status": status,
+                    "proxies": populated});
                 let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
                 return (status, Json(body)).into_response();
             }
@@ -239,7 +335,7 @@ async fn populate_one(proxies: &FaultProxy, input: ProxyInput) -> Result<Proxy, 
     let enabled = input.enabled.unwrap_or(true);
     if let Some(existing) = proxies.get(&input.name) {
         let unchanged = existing.upstream() == input.upstream
-            && (input.listen.is_empty() || existing.listens_on(&input.listen));
+            && (input.listen.is_empty() || existing.listens_on(&input.listen).await);
         if unchanged {
             existing.set_enabled(enabled).await?;
             return Ok(existing);
@@ -325,5 +421,57 @@ async fn delete_toxic(
     PathParams((name, toxic)): PathParams<(String, String)>,
 ) -> ApiResult<StatusCode> {
     find(&proxies, &name)?.remove_toxic(&toxic)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /lab/proxies/{proxy}/faults`: what to arm.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArmRequest {
+    #[serde(default, deserialize_with = "null_as_default")]
+    fault: String,
+    /// How many of the next connections get it; 1 if absent.
+    #[serde(default)]
+    connections: Option<usize>,
+    /// `slow_response`'s delay.
+    #[serde(default)]
+    delay_ms: Option<u64>,
+}
+
+/// Arms a one-shot fault for the next N connections (a lab extension).
+async fn arm_fault(
+    State(proxies): State<FaultProxy>,
+    PathParams(name): PathParams<String>,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<FaultInfo>)> {
+    let proxy = find(&proxies, &name)?;
+    let request: ArmRequest = body.parse()?;
+    if request.fault.is_empty() {
+        return Err(Error::MissingField("fault".into()).into());
+    }
+    let fault = Fault::from_name(&request.fault, request.delay_ms)?;
+    let connections = request.connections.unwrap_or(1);
+    if connections == 0 {
+        // Arming nothing is surely a mistake (DELETE disarms).
+        return Err(Error::BadRequestBody("connections must be at least 1".into()).into());
+    }
+    let armed = proxy.arm(fault, connections);
+    Ok((StatusCode::CREATED, Json(armed.info())))
+}
+
+/// Lists the faults armed on a proxy, with their uses left and fired counts.
+async fn list_faults(
+    State(proxies): State<FaultProxy>,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<Json<Vec<FaultInfo>>> {
+    Ok(Json(find(&proxies, &name)?.faults()))
+}
+
+/// Disarms every fault of a proxy, those already aimed at open connections included.
+async fn disarm_faults(
+    State(proxies): State<FaultProxy>,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<StatusCode> {
+    find(&proxies, &name)?.disarm_all_faults();
     Ok(StatusCode::NO_CONTENT)
 }

@@ -3,8 +3,12 @@
 //! The lab configures every proxy and toxic through this client, whether the server is the
 //! embedded proxy (its API served on a loopback port) or a real Toxiproxy (`--toxiproxy-url`).
 //! One code path for both keeps the embedded API honest: whatever the scenarios need from it,
-//! a real Toxiproxy must be able to do too. Only the deterministic one-shot faults
-//! ([`crate::Fault`]) have no HTTP form; they need the embedded proxy's Rust API.
+//! a real Toxiproxy must be able to do too.
+//!
+//! The deterministic one-shot faults ([`crate::Fault`]) are a **lab extension**: the embedded
+//! API serves them under `/lab/` ([`ToxiproxyClient::arm_fault`], [`ToxiproxyClient::faults`],
+//! [`ToxiproxyClient::disarm_faults`]), and a real Toxiproxy, which has no such thing, answers
+//! those calls with a 404 ([`ClientError::Status`]).
 //!
 //! Unlike the `toxiproxy_rust` crate, every call checks the status code and turns Toxiproxy's
 //! error body (`{"error": …, "status": …}`) into a [`ClientError`].
@@ -15,7 +19,7 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::{ProxyInfo, Toxic};
+use crate::{Fault, FaultInfo, ProxyInfo, Toxic};
 
 /// Why a call to a Toxiproxy API failed.
 #[derive(Debug, thiserror::Error)]
@@ -192,5 +196,42 @@ impl ToxiproxyClient {
         self.call::<Value>(Method::POST, "/reset", None)
             .await
             .map(drop)
+    }
+
+    /// **Lab extension** (a real Toxiproxy answers 404): arms a one-shot `fault` on `proxy`
+    /// for its next `connections` connections (`POST /lab/proxies/{name}/faults`).
+    pub async fn arm_fault(
+        &self,
+        proxy: &str,
+        fault: &Fault,
+        connections: usize,
+    ) -> Result<FaultInfo, ClientError> {
+        let path = format!("/lab/proxies/{proxy}/faults");
+        let mut body = json!({"fault": fault.name(), "connections": connections});
+        if let Some(delay_ms) = fault.delay_ms() {
+            body["delay_ms"] = json!(delay_ms);
+        }
+        let armed = self.call(Method::POST, &path, Some(body)).await?;
+        self.expect(&path, armed)
+    }
+
+    /// **Lab extension** (a real Toxiproxy answers 404): the faults armed on `proxy`, with
+    /// their uses left and fired counts (`GET /lab/proxies/{name}/faults`).
+    pub async fn faults(&self, proxy: &str) -> Result<Vec<FaultInfo>, ClientError> {
+        let path = format!("/lab/proxies/{proxy}/faults");
+        let faults = self.call(Method::GET, &path, None).await?;
+        self.expect(&path, faults)
+    }
+
+    /// **Lab extension** (a real Toxiproxy answers 404): disarms every fault of `proxy`
+    /// (`DELETE /lab/proxies/{name}/faults`).
+    pub async fn disarm_faults(&self, proxy: &str) -> Result<(), ClientError> {
+        self.call::<Value>(
+            Method::DELETE,
+            &format!("/lab/proxies/{proxy}/faults"),
+            None,
+        )
+        .await
+        .map(drop)
     }
 }

@@ -198,7 +198,8 @@ struct Ending {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum HowToEnd {
-    /// Close both sockets normally (FIN): timeout, limit_data, `enabled=false`.
+    /// Close both sockets normally (FIN): timeout (also when one is removed), limit_data,
+    /// `enabled=false`.
     Close,
     /// Abort both sockets (RST): reset_peer, ConnectionRefused.
     ResetBoth,
@@ -419,7 +420,8 @@ impl Direction<'_> {
                 // no byte moves.
                 () = sleep_until_if_some(close_deadline) => return Err(Ending::close()),
                 proxy_alive = self.toxics.changed() => {
-                    if !proxy_alive {
+                    // Gone proxy, or a removed timeout toxic (Toxiproxy closes then too).
+                    if !proxy_alive || self.toxics.must_close() {
                         return Err(Ending::close());
                     }
                     continue;
@@ -450,7 +452,12 @@ impl Direction<'_> {
         if let Some(hold_until) = self.hold_until {
             sleep_until(hold_until).await;
         }
-        match self.toxics.process(chunk).await {
+        let verdict = self.toxics.process(chunk).await;
+        if self.toxics.must_close() {
+            // A timeout toxic was removed while this chunk was held by another toxic.
+            return Err(Ending::close());
+        }
+        match verdict {
             Verdict::Swallow => Ok(Flow::Continue),
             Verdict::Reset => Err(Ending::reset_both()),
             Verdict::Write { bytes, then_close } => {

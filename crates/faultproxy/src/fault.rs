@@ -20,13 +20,20 @@
 //! Either way the caller gets an [`ArmedFault`] handle, whose [`ArmedFault::fired`]
 //! resolves once the learner-visible damage has happened (the RST was sent, the
 //! request was swallowed, ...), so a scenario can narrate without sleeping.
+//!
+//! Faults have an HTTP form too, a lab extension beside the Toxiproxy API (see `api.rs`):
+//! a fault is named there by [`Fault::name`] (`"response_lost_after_commit"`, ...), and
+//! an armed one is shown as a [`FaultInfo`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+
+use crate::error::Error;
 
 /// A deterministic, one-shot network failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +69,64 @@ pub(crate) enum Stage {
 }
 
 impl Fault {
+    /// Every fault's name, as [`Fault::name`] gives it.
+    pub const NAMES: [&'static str; 5] = [
+        "response_lost_after_commit",
+        "request_lost",
+        "slow_response",
+        "connection_refused",
+        "reset",
+    ];
+
+    /// The fault's name in the HTTP API, e.g. `"response_lost_after_commit"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::ResponseLostAfterCommit => "response_lost_after_commit",
+            Fault::RequestLost => "request_lost",
+            Fault::SlowResponse(_) => "slow_response",
+            Fault::ConnectionRefused => "connection_refused",
+            Fault::Reset => "reset",
+        }
+    }
+
+    /// The fault named `name` (as [`Fault::name`] gives it). `delay_ms` is `slow_response`'s
+    /// delay, required there and refused elsewhere: a delay given to another fault is a
+    /// mistake better reported than ignored.
+    pub fn from_name(name: &str, delay_ms: Option<u64>) -> Result<Fault, Error> {
+        let fault = match name {
+            "response_lost_after_commit" => Fault::ResponseLostAfterCommit,
+            "request_lost" => Fault::RequestLost,
+            "connection_refused" => Fault::ConnectionRefused,
+            "reset" => Fault::Reset,
+            "slow_response" => {
+                let delay_ms = delay_ms.ok_or_else(|| Error::MissingField("delay_ms".into()))?;
+                return Ok(Fault::SlowResponse(Duration::from_millis(delay_ms)));
+            }
+            other => {
+                return Err(Error::BadRequestBody(format!(
+                    "unknown fault {other:?}, expected one of {}",
+                    Fault::NAMES.join(", ")
+                )));
+            }
+        };
+        if delay_ms.is_some() {
+            return Err(Error::BadRequestBody(format!(
+                "delay_ms applies to slow_response only, not to {name}"
+            )));
+        }
+        Ok(fault)
+    }
+
+    /// `slow_response`'s delay in milliseconds; `None` for the other faults.
+    pub fn delay_ms(&self) -> Option<u64> {
+        match self {
+            Fault::SlowResponse(delay) => {
+                Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX))
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn stage(&self) -> Stage {
         match self {
             Fault::ConnectionRefused => Stage::Accepted,
@@ -72,15 +137,78 @@ impl Fault {
 }
 
 /// How an armed fault picks its connections.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Arming {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arming {
+    /// [`Proxy::arm`](crate::Proxy::arm) (and the HTTP API): the next N connections.
     NextConnections,
+    /// [`Proxy::arm_on_trigger`](crate::Proxy::arm_on_trigger): when its trigger fires.
     OnTrigger,
+}
+
+/// An armed fault as the HTTP API shows it (`GET /lab/proxies/{proxy}/faults`):
+///
+/// ```json
+/// {"id": 1, "fault": "slow_response", "delay_ms": 900, "arming": "next_connections",
+///  "uses_left": 1, "fired": 0}
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "FaultInfoJson", into = "FaultInfoJson")]
+pub struct FaultInfo {
+    /// Unique within its proxy.
+    pub id: u64,
+    pub fault: Fault,
+    pub arming: Arming,
+    /// Connections (or fires, for a trigger) still to come.
+    pub uses_left: usize,
+    /// How many connections it has damaged so far.
+    pub fired: usize,
+}
+
+/// [`FaultInfo`]'s wire form: the fault flattened into a name and an optional delay.
+#[derive(Serialize, Deserialize)]
+struct FaultInfoJson {
+    id: u64,
+    fault: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    delay_ms: Option<u64>,
+    arming: Arming,
+    uses_left: usize,
+    fired: usize,
+}
+
+impl TryFrom<FaultInfoJson> for FaultInfo {
+    type Error = Error;
+
+    fn try_from(json: FaultInfoJson) -> Result<FaultInfo, Error> {
+        Ok(FaultInfo {
+            id: json.id,
+            fault: Fault::from_name(&json.fault, json.delay_ms)?,
+            arming: json.arming,
+            uses_left: json.uses_left,
+            fired: json.fired,
+        })
+    }
+}
+
+impl From<FaultInfo> for FaultInfoJson {
+    fn from(info: FaultInfo) -> FaultInfoJson {
+        FaultInfoJson {
+            id: info.id,
+            fault: info.fault.name().to_owned(),
+            delay_ms: info.fault.delay_ms(),
+            arming: info.arming,
+            uses_left: info.uses_left,
+            fired: info.fired,
+        }
+    }
 }
 
 /// The shared state behind an [`ArmedFault`] and its [`Trigger`].
 #[derive(Debug)]
 pub(crate) struct FaultState {
+    /// Given by the proxy, unique within it: how the HTTP API names this fault.
+    pub(crate) id: u64,
     fault: Fault,
     pub(crate) arming: Arming,
     /// Connections (for `arm`) or fires (for `arm_on_trigger`) still allowed.
@@ -93,8 +221,9 @@ pub(crate) struct FaultState {
 }
 
 impl FaultState {
-    pub(crate) fn new(fault: Fault, uses: usize, arming: Arming) -> Arc<FaultState> {
+    pub(crate) fn new(id: u64, fault: Fault, uses: usize, arming: Arming) -> Arc<FaultState> {
         Arc::new(FaultState {
+            id,
             fault,
             arming,
             uses_left: Mutex::new(uses),
@@ -140,6 +269,20 @@ impl FaultState {
     /// Called once the damage is done (never before: callers of `fired()` narrate it).
     pub(crate) fn record_fired(&self) {
         self.fired.send_modify(|count| *count += 1);
+    }
+
+    pub(crate) fn fired_count(&self) -> usize {
+        *self.fired.borrow()
+    }
+
+    pub(crate) fn info(&self) -> FaultInfo {
+        FaultInfo {
+            id: self.id,
+            fault: self.fault.clone(),
+            arming: self.arming,
+            uses_left: self.uses_left(),
+            fired: self.fired_count(),
+        }
     }
 }
 
@@ -195,7 +338,12 @@ impl ArmedFault {
     /// How many connections the fault has damaged so far (one per connection
     /// for every fault; a fired `ConnectionRefused` cuts all open connections).
     pub fn fired_count(&self) -> usize {
-        *self.state.fired.borrow()
+        self.state.fired_count()
+    }
+
+    /// The fault as the HTTP API shows it (its id, uses left and fired count).
+    pub fn info(&self) -> FaultInfo {
+        self.state.info()
     }
 
     /// Connections (for `arm`) or fires (for `arm_on_trigger`) still to come.
@@ -262,5 +410,49 @@ impl Trigger {
     /// uses nothing if no connection is open or no use is left.
     pub fn fire(&self) -> usize {
         self.target.aim_at_open_connections(&self.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for name in Fault::NAMES {
+            let delay = (name == "slow_response").then_some(900);
+            let fault = Fault::from_name(name, delay).unwrap();
+            assert_eq!((fault.name(), fault.delay_ms()), (name, delay));
+        }
+        assert!(matches!(
+            Fault::from_name("slow_response", None),
+            Err(Error::MissingField(_))
+        ));
+        assert!(matches!(
+            Fault::from_name("reset", Some(5)),
+            Err(Error::BadRequestBody(_))
+        ));
+        assert!(matches!(
+            Fault::from_name("explode", None),
+            Err(Error::BadRequestBody(_))
+        ));
+    }
+
+    #[test]
+    fn info_json_flattens_the_fault() {
+        let info = FaultInfo {
+            id: 3,
+            fault: Fault::SlowResponse(Duration::from_millis(900)),
+            arming: Arming::NextConnections,
+            uses_left: 1,
+            fired: 0,
+        };
+        let json = serde_json::to_value(&info).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"id": 3, "fault": "slow_response", "delay_ms": 900,
+                "arming": "next_connections", "uses_left": 1, "fired": 0})
+        );
+        assert_eq!(serde_json::from_value::<FaultInfo>(json).unwrap(), info);
     }
 }

@@ -15,12 +15,20 @@
 //!
 //! Two ways to break things:
 //!
-//! * **Toxics** ([`Toxic`]): Toxiproxy 2.x's long-lived conditions (latency, timeout,
+//! * **Toxics** ([`Toxic`]): Toxiproxy 2.x's long-lived conditions (noop, latency, timeout,
 //!   reset_peer, limit_data, bandwidth, slow_close, slicer) on one stream of every
 //!   connection, each with a probability (`toxicity`).
 //! * **Faults** ([`Fault`]): deterministic one-shot failures named by what the learner
 //!   sees (`ResponseLostAfterCommit`, `RequestLost`, ...), armed for the next N
 //!   connections or fired by a [`Trigger`] at the exact moment a scenario chooses.
+//!
+//! Both can be driven over HTTP ([`FaultProxy::router`]): toxics through Toxiproxy's own API,
+//! so that Toxiproxy's clients (Go, toxiproxy-python, toxiproxy-node-client, toxiproxy-cli,
+//! curl) work unchanged, and faults through a lab extension under `/lab/`. How closely the
+//! API follows Toxiproxy is checked by Toxiproxy's own test suite, ported test by test
+//! (`tests/conformance_*.rs`), and by its Python and Node clients in CI (`clients/` at the
+//! repository root); `CONFORMANCE.md` beside this crate's `Cargo.toml` lists every Go test and
+//! every difference we keep on purpose.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), faultproxy::Error> {
@@ -43,10 +51,18 @@
 //! * `connection.rs`: one accepted connection: its two pumps, the faults aimed at
 //!   it, how it ends; and the registry of a proxy's open connections;
 //! * `toxic.rs`: the toxic types, their JSON, and how each transforms a stream;
-//! * `fault.rs`: one-shot faults, [`ArmedFault`] and [`Trigger`];
-//! * `api.rs`: the Toxiproxy HTTP API ([`FaultProxy::router`]);
-//! * `client.rs`: an async client of that API, for this proxy or a real Toxiproxy;
-//! * `error.rs`: [`Error`] and its status codes; `rng.rs`: a tiny PRNG.
+//! * `fault.rs`: one-shot faults, [`ArmedFault`], [`Trigger`], and [`FaultInfo`] (a fault
+//!   as the HTTP API shows it);
+//! * `api.rs`: the Toxiproxy HTTP API and the lab's `/lab/` fault extension
+//!   ([`FaultProxy::router`]), with Toxiproxy's browser refusal and request ids;
+//! * `client.rs`: an async client of that API, for this proxy or a real Toxiproxy (the
+//!   fault methods are the lab extension's);
+//! * `error.rs`: [`Error`], its status codes and Toxiproxy's words for it; `rng.rs`: a tiny
+//!   PRNG.
+//!
+//! Beside `src/`: `examples/serve_api.rs` serves the API on a given port until killed (what
+//! the client checks in CI drive), `tests/` has the behaviour tests and the ports of
+//! Toxiproxy's suite, and `CONFORMANCE.md` the map from Toxiproxy's tests to ours.
 
 mod api;
 pub mod client;
@@ -64,7 +80,7 @@ use parking_lot::Mutex;
 
 pub use api::{TOXIPROXY_VERSION, router};
 pub use error::Error;
-pub use fault::{ArmedFault, Fault, Trigger};
+pub use fault::{ArmedFault, Arming, Fault, FaultInfo, Trigger};
 pub use proxy::{Proxy, ProxyInfo};
 pub use toxic::{Stream, Toxic, ToxicKind};
 
@@ -160,8 +176,9 @@ impl FaultProxy {
         Ok(())
     }
 
-    /// As `POST /reset`: re-enables every proxy, removes every toxic, and (beyond
-    /// Toxiproxy) disarms every fault. A proxy that cannot listen again (its port
+    /// As `POST /reset`: re-enables every proxy, removes every toxic (closing the
+    /// connections a timeout toxic held, as Toxiproxy does), and (beyond Toxiproxy) disarms
+    /// every fault. A proxy that cannot listen again (its port
     /// was taken meanwhile) stays disabled; [`Self::try_reset`] reports that.
     pub async fn reset(&self) {
         let _ = self.try_reset().await;
@@ -180,7 +197,8 @@ impl FaultProxy {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// The Toxiproxy-compatible HTTP API over this registry.
+    /// The Toxiproxy-compatible HTTP API over this registry, with the lab's fault extension
+    /// under `/lab/` (see the `api` module's table of routes in the crate's source).
     pub fn router(&self) -> axum::Router {
         api::router(self.clone())
     }

@@ -21,7 +21,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -33,27 +33,33 @@ use tokio::time::sleep;
 
 use crate::connection::{OpenConnections, ProxyContext, serve_connection};
 use crate::error::Error;
-use crate::fault::{ArmedFault, Arming, Fault, FaultState, PendingFault, Trigger};
-use crate::toxic::{Toxic, ToxicUpdate};
+use crate::fault::{ArmedFault, Arming, Fault, FaultInfo, FaultState, PendingFault, Trigger};
+use crate::toxic::{Stream, Toxic, ToxicUpdate};
 
 /// Pause after a failed accept (e.g. out of file descriptors), so the loop
 /// does not spin on the same error.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 /// Where a proxy listens when no address is given: loopback only, any free port.
 const DEFAULT_LISTEN: &str = "127.0.0.1:0";
+/// How many spent faults a proxy keeps for its fault listing (the oldest go first). Faults
+/// that may still strike are always kept.
+const SPENT_FAULTS_KEPT: usize = 16;
 
 /// A snapshot of a proxy, shaped like Toxiproxy's JSON.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProxyInfo {
     pub name: String,
-    /// The address really listened on (with the real port if port 0 was asked for).
+    /// Once the proxy has listened: the address really listened on (with the real port if port
+    /// 0 was asked for). Before that (created disabled, or moved while disabled): the address
+    /// as given, e.g. `localhost:3310`, as Toxiproxy shows it.
     pub listen: String,
     pub upstream: String,
     pub enabled: bool,
     pub toxics: Vec<Toxic>,
 }
 
-/// A partial update of a proxy (`POST /proxies/{name}`): absent fields stay.
+/// A partial update of a proxy (`POST /proxies/{name}`): absent (or `null`) fields stay.
+/// Other fields are ignored: the Go client sends the whole proxy, `name` and `toxics` too.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ProxyUpdate {
     #[serde(default)]
@@ -66,18 +72,35 @@ pub(crate) struct ProxyUpdate {
 
 #[derive(Clone, Debug)]
 struct Settings {
-    /// The listen address as configured, e.g. `127.0.0.1:0`.
+    /// The listen address as configured, e.g. `127.0.0.1:0` or `localhost:3310`.
     listen: String,
-    /// The address actually bound. Re-enabling binds it again, so a proxy created
-    /// on port 0 keeps its port across `enabled=false` / `enabled=true`.
+    /// The address actually bound (before the first bind: `listen` resolved). Re-enabling
+    /// binds it again, so a proxy created on port 0 keeps its port across `enabled=false` /
+    /// `enabled=true`.
     listen_addr: SocketAddr,
+    /// Whether `listen_addr` was bound since `listen` was last set. Until then the proxy shows
+    /// `listen` as given, as Toxiproxy does (it replaces the given text by the bound address
+    /// when it starts listening).
+    bound: bool,
     upstream: String,
     enabled: bool,
 }
 
 impl Settings {
-    fn listens_on(&self, listen: &str) -> bool {
-        listen == self.listen || listen == self.listen_addr.to_string()
+    /// Whether `listen` (resolved: `resolved`) names the address this proxy listens on, as
+    /// Toxiproxy decides whether an update or populate changes it: the text it shows, or
+    /// another name of the same address (`localhost:3310` for `127.0.0.1:3310`). Port 0 is
+    /// never the same: it asks for a new port.
+    fn is_same_listen(&self, listen: &str, resolved: SocketAddr) -> bool {
+        listen == self.shown_listen() || (resolved.port() != 0 && resolved == self.listen_addr)
+    }
+
+    fn shown_listen(&self) -> String {
+        if self.bound {
+            self.listen_addr.to_string()
+        } else {
+            self.listen.clone()
+        }
     }
 }
 
@@ -93,8 +116,12 @@ struct ProxyShared {
     /// The toxics, in the order they were added. Every open connection watches
     /// this, which is how a new toxic reaches connections that are already open.
     toxics: watch::Sender<Vec<Toxic>>,
-    /// Faults armed on this proxy that may still strike.
+    /// Faults armed on this proxy, in the order they were armed: those that may still strike,
+    /// and the last few spent ones (so that `GET /lab/proxies/{proxy}/faults` can still show
+    /// how often they fired). Disarming forgets them.
     faults: Mutex<Vec<Arc<FaultState>>>,
+    /// The id of the next fault armed here.
+    next_fault_id: AtomicU64,
     /// An `Arc` because every [`Trigger`] of this proxy holds it too: it is what
     /// a trigger fires at.
     connections: Arc<OpenConnections>,
@@ -116,12 +143,29 @@ impl ProxyShared {
 
     /// Takes one use of the oldest fault armed for the next connections.
     fn claim_fault_for_new_connection(&self) -> Option<Arc<FaultState>> {
-        let mut faults = self.faults.lock();
-        faults.retain(|fault| fault.uses_left() > 0);
+        let faults = self.faults.lock();
         faults
             .iter()
             .find(|fault| fault.arming == Arming::NextConnections && fault.take_use())
             .cloned()
+    }
+
+    /// Records a newly armed fault, forgetting disarmed ones and all but the last
+    /// [`SPENT_FAULTS_KEPT`] spent ones.
+    fn add_fault(&self, fault: Fault, uses: usize, arming: Arming) -> Arc<FaultState> {
+        let id = self.next_fault_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let state = FaultState::new(id, fault, uses, arming);
+        let mut faults = self.faults.lock();
+        faults.retain(|fault| !fault.is_disarmed());
+        let spent = faults.iter().filter(|fault| fault.uses_left() == 0).count();
+        let mut to_forget = spent.saturating_sub(SPENT_FAULTS_KEPT);
+        faults.retain(|fault| {
+            let forget = to_forget > 0 && fault.uses_left() == 0;
+            to_forget -= usize::from(forget);
+            !forget
+        });
+        faults.push(state.clone());
+        state
     }
 
     fn disarm_all_faults(&self) {
@@ -200,12 +244,14 @@ impl Proxy {
                 settings: Mutex::new(Settings {
                     listen: listen.to_owned(),
                     listen_addr,
+                    bound: false,
                     upstream: upstream.to_owned(),
                     enabled: false,
                 }),
                 accept_loop: tokio::sync::Mutex::new(None),
                 toxics: watch::Sender::new(Vec::new()),
                 faults: Mutex::new(Vec::new()),
+                next_fault_id: AtomicU64::new(0),
                 connections: Arc::new(OpenConnections::default()),
                 held: Arc::new(AtomicUsize::new(0)),
                 swallowed: Arc::new(AtomicUsize::new(0)),
@@ -235,16 +281,19 @@ impl Proxy {
         self.shared.settings().enabled
     }
 
-    /// Whether this proxy was configured with (or listens on) `listen`.
-    pub(crate) fn listens_on(&self, listen: &str) -> bool {
-        self.shared.settings().listens_on(listen)
+    /// Whether `listen` names the address this proxy listens on (see `Settings::is_same_listen`).
+    pub(crate) async fn listens_on(&self, listen: &str) -> bool {
+        match resolve(listen).await {
+            Ok(resolved) => self.shared.settings().is_same_listen(listen, resolved),
+            Err(_) => false,
+        }
     }
 
     pub fn info(&self) -> ProxyInfo {
         let settings = self.shared.settings();
         ProxyInfo {
             name: self.shared.name.clone(),
-            listen: settings.listen_addr.to_string(),
+            listen: settings.shown_listen(),
             upstream: settings.upstream,
             enabled: settings.enabled,
             toxics: self.toxics(),
@@ -278,8 +327,7 @@ impl Proxy {
             return Err(Error::ProxyNotFound(self.shared.name.clone()));
         }
         let current = self.shared.settings();
-        let new_listen = new_listen
-            .filter(|(listen, addr)| !current.listens_on(listen) && *addr != current.listen_addr);
+        let new_listen = new_listen.filter(|(listen, addr)| !current.is_same_listen(listen, *addr));
         let upstream_changed = change
             .upstream
             .as_ref()
@@ -306,6 +354,7 @@ impl Proxy {
             // Also while disabled: enabling later must bind the new address.
             settings.listen = listen;
             settings.listen_addr = address;
+            settings.bound = false;
         }
         if let Some(upstream) = change.upstream {
             settings.upstream = upstream;
@@ -315,6 +364,7 @@ impl Proxy {
             if let Ok(bound) = listener.local_addr() {
                 settings.listen_addr = bound;
             }
+            settings.bound = true;
             let accepting = accept_connections(listener, self.shared.clone());
             *accept_loop = Some(tokio::spawn(accepting));
         }
@@ -340,8 +390,13 @@ impl Proxy {
         self.shared.connections.cut_all();
     }
 
+    /// The toxics in Toxiproxy's order: the upstream ones, then the downstream ones, each in
+    /// the order they were added (Toxiproxy keeps one chain per stream and lists them so).
     pub fn toxics(&self) -> Vec<Toxic> {
-        self.shared.toxics.borrow().clone()
+        let mut toxics = self.shared.toxics.borrow().clone();
+        // Stable: the order within a stream is kept.
+        toxics.sort_by_key(|toxic| toxic.stream != Stream::Upstream);
+        toxics
     }
 
     /// How many chunks a latency or reset_peer toxic is holding back right now.
@@ -420,15 +475,15 @@ impl Proxy {
     /// affected: use [`Self::arm_on_trigger`] to break whatever connection carries
     /// a request.)
     pub fn arm(&self, fault: Fault, connections: usize) -> ArmedFault {
-        let state = FaultState::new(fault, connections, Arming::NextConnections);
-        self.shared.faults.lock().push(state.clone());
+        let state = self
+            .shared
+            .add_fault(fault, connections, Arming::NextConnections);
         ArmedFault { state }
     }
 
     /// Arms `fault` to strike when the returned [`Trigger`] fires, at most `times` times.
     pub fn arm_on_trigger(&self, fault: Fault, times: usize) -> (ArmedFault, Trigger) {
-        let state = FaultState::new(fault, times, Arming::OnTrigger);
-        self.shared.faults.lock().push(state.clone());
+        let state = self.shared.add_fault(fault, times, Arming::OnTrigger);
         let trigger = Trigger::new(state.clone(), self.shared.connections.clone());
         (ArmedFault { state }, trigger)
     }
@@ -436,6 +491,18 @@ impl Proxy {
     /// Disarms every fault armed on this proxy, including those aimed at open connections.
     pub fn disarm_all_faults(&self) {
         self.shared.disarm_all_faults();
+    }
+
+    /// The faults armed on this proxy (oldest first): those that may still strike, and the
+    /// last few spent ones, with their fired counts. Disarmed faults are not listed.
+    pub fn faults(&self) -> Vec<FaultInfo> {
+        self.shared
+            .faults
+            .lock()
+            .iter()
+            .filter(|fault| !fault.is_disarmed())
+            .map(|fault| fault.info())
+            .collect()
     }
 }
 

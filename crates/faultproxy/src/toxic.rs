@@ -9,6 +9,11 @@
 //! * [`ToxicChain`]: what one direction of one open connection does with the
 //!   toxics, chunk by chunk. It watches the proxy's toxic list, so a toxic added
 //!   while a connection is open applies to that connection from its next chunk on.
+//!
+//! The chain behaves as Toxiproxy's pipeline of toxics does: toxics apply in the order they
+//! were added, so two latency toxics add up; removing a toxic lets a chunk it holds go at
+//! once, and removing a timeout toxic closes the connection it held; slicer and bandwidth
+//! waits are paced ([`Pacer`]) so that microsecond delays stay microseconds.
 
 use std::io;
 use std::sync::Arc;
@@ -55,6 +60,8 @@ impl Stream {
 /// What a toxic does, with its attributes. Times are in milliseconds unless noted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ToxicKind {
+    /// Does nothing: Toxiproxy's `noop`, handy to check that a client can add and remove toxics.
+    Noop,
     /// Delay every chunk by `latency` ms, plus or minus up to `jitter` ms.
     Latency { latency: u64, jitter: u64 },
     /// Stop all data; close the connection after `timeout` ms (0 = never close).
@@ -80,6 +87,7 @@ impl ToxicKind {
     /// The Toxiproxy `type` string.
     pub fn type_name(&self) -> &'static str {
         match self {
+            ToxicKind::Noop => "noop",
             ToxicKind::Latency { .. } => "latency",
             ToxicKind::Timeout { .. } => "timeout",
             ToxicKind::ResetPeer { .. } => "reset_peer",
@@ -94,6 +102,7 @@ impl ToxicKind {
     /// also what the `toxiproxy_rust` client expects (`HashMap<String, u32>`).
     fn attributes(&self) -> Map<String, Value> {
         let pairs: &[(&str, u64)] = match *self {
+            ToxicKind::Noop => &[],
             ToxicKind::Latency { latency, jitter } => &[("latency", latency), ("jitter", jitter)],
             ToxicKind::Timeout { timeout } | ToxicKind::ResetPeer { timeout } => {
                 &[("timeout", timeout)]
@@ -131,6 +140,7 @@ impl ToxicKind {
             }
         };
         Ok(match type_name {
+            "noop" => ToxicKind::Noop,
             "latency" => ToxicKind::Latency {
                 latency: attribute("latency")?,
                 jitter: attribute("jitter")?,
@@ -227,18 +237,32 @@ impl Toxic {
 }
 
 /// Toxiproxy's wire format of a toxic; the defaults are Toxiproxy's.
+///
+/// Every field may also be `null`, which means "not given", as in Go's decoder: the Go
+/// client sends `"attributes": null` for a toxic without attributes (a `noop`, or a latency
+/// of 0 through `AddToxic(…, nil)`).
 #[derive(Serialize, Deserialize)]
 struct ToxicJson {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     name: String,
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", default, deserialize_with = "null_as_default")]
     type_name: String,
     #[serde(default)]
     stream: Option<String>,
     #[serde(default)]
     toxicity: Option<f32>,
     #[serde(default)]
-    attributes: Map<String, Value>,
+    attributes: Option<Map<String, Value>>,
+}
+
+/// Reads `null` as the type's default (`""` for a string), as Go's JSON decoder leaves a
+/// field untouched when it meets `null`.
+pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 impl TryFrom<ToxicJson> for Toxic {
@@ -246,7 +270,8 @@ impl TryFrom<ToxicJson> for Toxic {
 
     fn try_from(json: ToxicJson) -> Result<Toxic, Error> {
         let stream = Stream::parse(json.stream.as_deref().unwrap_or("downstream"))?;
-        let kind = ToxicKind::from_attributes(&json.type_name, &json.attributes)?;
+        let attributes = json.attributes.unwrap_or_default();
+        let kind = ToxicKind::from_attributes(&json.type_name, &attributes)?;
         let mut toxic = Toxic::new(kind, stream).with_toxicity(json.toxicity.unwrap_or(1.0));
         if !json.name.is_empty() {
             toxic.name = json.name;
@@ -260,7 +285,7 @@ impl From<Toxic> for ToxicJson {
     fn from(toxic: Toxic) -> ToxicJson {
         ToxicJson {
             type_name: toxic.kind.type_name().to_owned(),
-            attributes: toxic.kind.attributes(),
+            attributes: Some(toxic.kind.attributes()),
             name: toxic.name,
             stream: Some(toxic.stream.as_str().to_owned()),
             toxicity: Some(toxic.toxicity),
@@ -329,10 +354,15 @@ pub(crate) struct ToxicChain {
     rng: Rng,
     /// A change of the toxic list was seen during a wait and not yet taken in.
     stale: bool,
+    /// A timeout toxic that applied to this connection was removed: the connection must close
+    /// (see [`Self::must_close`]).
+    timeout_removed: bool,
     /// The proxy's count of chunks held by a wait (see `Proxy::held_chunks`).
     held: Arc<AtomicUsize>,
     /// The proxy's total of chunks swallowed (see `Proxy::swallowed_chunks`).
     swallowed: Arc<AtomicUsize>,
+    /// The small waits of slicer and bandwidth toxics on this stream.
+    pacer: Pacer,
 }
 
 impl ToxicChain {
@@ -348,8 +378,10 @@ impl ToxicChain {
             applied: Vec::new(),
             rng: Rng::new(),
             stale: false,
+            timeout_removed: false,
             held,
             swallowed,
+            pacer: Pacer::default(),
         };
         chain.sync_with_config();
         chain
@@ -384,6 +416,18 @@ impl ToxicChain {
             };
             self.applied.push(applied);
         }
+        // What is left in `previous` was removed (by name: an update keeps the name). Toxiproxy
+        // closes a connection whose timeout toxic is removed, a `POST /reset` included, rather
+        // than let data flow again on a connection that lost some of it: the toxic's "cleanup".
+        self.timeout_removed |= previous
+            .iter()
+            .any(|gone| gone.rolled_in && matches!(gone.toxic.kind, ToxicKind::Timeout { .. }));
+    }
+
+    /// Whether this connection must be closed now, because a timeout toxic that applied to it
+    /// was removed. The writing side asks after every change of the toxic list it takes in.
+    pub(crate) fn must_close(&self) -> bool {
+        self.timeout_removed
     }
 
     /// The toxics that won their toxicity roll, in the order they were added
@@ -423,6 +467,11 @@ impl ToxicChain {
     /// (Bandwidth and slicer act when the bytes are written: [`Self::write_shaped`].)
     pub(crate) async fn process(&mut self, chunk: Chunk) -> Verdict {
         let Chunk { mut bytes, arrived } = chunk;
+        // When the chunk is ready for the next toxic. It starts as the chunk's arrival and moves
+        // on by each latency it waits out, so that two latency toxics add up (500 + 300 ms is
+        // 800 ms, as in Toxiproxy, whose toxics are a pipeline), while a chunk that queued behind
+        // a delayed one is not delayed a second time by the same toxic.
+        let mut ready = arrived;
         let mut then_close = false;
         for index in 0..self.applied.len() {
             if !self.applied[index].rolled_in {
@@ -432,10 +481,15 @@ impl ToxicChain {
                 ToxicKind::Latency { latency, jitter } => {
                     let spread = latency as i128 + self.rng.spread(jitter);
                     let delay_ms = spread.clamp(0, u64::MAX as i128) as u64;
-                    // Counted from the chunk's arrival, not from now: a chunk that
+                    // Counted from when the chunk was ready, not from now: a chunk that
                     // queued behind a delayed one is not delayed a second time.
-                    let deadline = later(arrived, Duration::from_millis(delay_ms));
-                    self.wait_while_in_force(index, deadline).await;
+                    let deadline = later(ready, Duration::from_millis(delay_ms));
+                    ready = if self.wait_while_in_force(index, deadline).await {
+                        deadline
+                    } else {
+                        // Removed while it held the chunk: the rest counts from now.
+                        Instant::now()
+                    };
                 }
                 ToxicKind::Timeout { .. } => {
                     self.swallowed.fetch_add(1, Ordering::SeqCst);
@@ -455,7 +509,8 @@ impl ToxicChain {
                     applied.bytes_passed += bytes.len() as u64;
                     then_close |= applied.bytes_passed >= limit;
                 }
-                ToxicKind::Bandwidth { .. }
+                ToxicKind::Noop
+                | ToxicKind::Bandwidth { .. }
                 | ToxicKind::SlowClose { .. }
                 | ToxicKind::Slicer { .. } => {}
             }
@@ -510,7 +565,7 @@ impl ToxicChain {
             }
         }
         let Some((average_size, size_variation, delay_us)) = slicer else {
-            return write_paced(dest, bytes, rate_kb_per_s).await;
+            return write_paced(dest, bytes, rate_kb_per_s, &mut self.pacer).await;
         };
         let sizes = slice_sizes(bytes.len(), average_size, size_variation, &mut self.rng);
         let mut rest = bytes;
@@ -518,16 +573,48 @@ impl ToxicChain {
             let (slice, remainder) = rest.split_at(*size);
             rest = remainder;
             if index > 0 {
-                sleep(Duration::from_micros(delay_us)).await;
+                self.pacer.wait(Duration::from_micros(delay_us)).await;
             }
-            write_paced(dest, slice, rate_kb_per_s).await?;
+            write_paced(dest, slice, rate_kb_per_s, &mut self.pacer).await?;
         }
         Ok(())
     }
 }
 
+/// Waits out many small delays accurately on a timer that counts whole milliseconds.
+///
+/// Tokio's timer rounds every sleep up to the next millisecond, so a slicer asking for 10 µs
+/// between slices would get 1 ms each (480 slices: half a second instead of 5 ms), and a
+/// bandwidth toxic would run slower than its rate. Like Toxiproxy's bandwidth toxic, which
+/// carries "the error" of each sleep into the next, the pacer keeps a balance: what is owed
+/// accumulates, a sleep pays for as long as it really lasted, and no sleep happens while the
+/// balance is not positive (a zero delay never sleeps at all).
+#[derive(Default)]
+pub(crate) struct Pacer {
+    /// Owed minus slept, in nanoseconds; negative when a sleep overshot.
+    balance_ns: i128,
+}
+
+impl Pacer {
+    async fn wait(&mut self, owed: Duration) {
+        self.balance_ns = self.balance_ns.saturating_add(owed.as_nanos() as i128);
+        if self.balance_ns <= 0 {
+            return;
+        }
+        let started = Instant::now();
+        let due = u64::try_from(self.balance_ns).unwrap_or(u64::MAX);
+        sleep(Duration::from_nanos(due).min(LONGEST_DELAY)).await;
+        self.balance_ns -= started.elapsed().as_nanos() as i128;
+    }
+}
+
 /// Writes `bytes` at `rate_kb_per_s` KB/s (0 = as fast as possible).
-async fn write_paced<W>(dest: &mut W, bytes: &[u8], rate_kb_per_s: u64) -> io::Result<()>
+async fn write_paced<W>(
+    dest: &mut W,
+    bytes: &[u8],
+    rate_kb_per_s: u64,
+    pacer: &mut Pacer,
+) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
 {
@@ -541,10 +628,11 @@ where
         .unwrap_or(usize::MAX)
         .max(1);
     for piece in bytes.chunks(piece_size) {
-        sleep(Duration::from_secs_f64(
-            piece.len() as f64 / bytes_per_second as f64,
-        ))
-        .await;
+        pacer
+            .wait(Duration::from_secs_f64(
+                piece.len() as f64 / bytes_per_second as f64,
+            ))
+            .await;
         dest.write_all(piece).await?;
     }
     Ok(())
@@ -640,6 +728,57 @@ mod tests {
         tokio::time::advance(Duration::from_millis(500)).await;
         chain.process(chunk(arrived)).await;
         assert_eq!(arrived.elapsed(), Duration::from_millis(500));
+    }
+
+    /// Two latency toxics on one stream add up, as in Toxiproxy's pipeline of toxics.
+    #[tokio::test(start_paused = true)]
+    async fn latencies_add_up() {
+        let latency = |name: &str, latency| {
+            Toxic::new(
+                ToxicKind::Latency { latency, jitter: 0 },
+                Stream::Downstream,
+            )
+            .named(name)
+        };
+        let (_config, watched) = watch::channel(vec![latency("a", 500), latency("b", 300)]);
+        let mut chain =
+            ToxicChain::new(Stream::Downstream, watched, Arc::default(), Arc::default());
+        let arrived = Instant::now();
+        let bytes = b"x".to_vec();
+        chain.process(Chunk { bytes, arrived }).await;
+        assert_eq!(arrived.elapsed(), Duration::from_millis(800));
+    }
+
+    /// Removing a timeout toxic (not updating it) asks the connection to close.
+    #[test]
+    fn removing_a_timeout_asks_to_close() {
+        let timeout = |timeout| Toxic::new(ToxicKind::Timeout { timeout }, Stream::Upstream);
+        let (config, watched) = watch::channel(vec![timeout(0)]);
+        let mut chain = ToxicChain::new(Stream::Upstream, watched, Arc::default(), Arc::default());
+        config.send_replace(vec![timeout(5)]);
+        chain.sync_with_config();
+        assert!(!chain.must_close(), "an update keeps the connection");
+        config.send_replace(Vec::new());
+        chain.sync_with_config();
+        assert!(chain.must_close());
+    }
+
+    /// A slicer's 10 µs between slices must not become tokio's 1 ms each: 1000 of them take
+    /// 10 ms in all, not a second. Zero never sleeps. On the paused clock, so exact.
+    #[tokio::test(start_paused = true)]
+    async fn pacer_keeps_small_delays_small() {
+        let mut pacer = Pacer::default();
+        let started = Instant::now();
+        for _ in 0..1000 {
+            pacer.wait(Duration::ZERO).await;
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        for _ in 0..1000 {
+            pacer.wait(Duration::from_micros(10)).await;
+        }
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(10), "{took:?}");
+        assert!(took <= Duration::from_millis(11), "{took:?}");
     }
 
     #[test]

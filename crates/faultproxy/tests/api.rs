@@ -146,8 +146,8 @@ async fn proxy_lifecycle_and_status_codes() {
 ///
 /// A disabled proxy does not listen, so the port cannot be held for it: it is only
 /// borrowed (bound by us, its number read, let go), and anybody may take it before the
-/// proxy binds it on enabling. Then enabling answers 409 (address in use), and we try
-/// another port.
+/// proxy binds it on enabling. Then enabling answers 500 (address in use, as Toxiproxy
+/// answers), and we try another port.
 async fn move_while_disabled_then_enable(api: SocketAddr, name: &str) -> SocketAddr {
     let path = format!("/proxies/{name}");
     for _ in 0..20 {
@@ -165,7 +165,7 @@ async fn move_while_disabled_then_enable(api: SocketAddr, name: &str) -> SocketA
                 assert_eq!(enabled["listen"], json!(port.to_string()));
                 return port;
             }
-            (409, taken) => eprintln!("{port} was taken meanwhile ({taken}); another one"),
+            (500, taken) => eprintln!("{port} was taken meanwhile ({taken}); another one"),
             other => panic!("enabling on {port}: {other:?}"),
         }
     }
@@ -216,9 +216,10 @@ async fn toxic_crud_and_errors() {
         r#"{"name": "rst", "type": "reset_peer", "stream": "upstream", "toxicity": 0.5}"#;
     assert_eq!(http(api, "POST", toxics, Some(reset_peer)).await.0, 200);
 
+    // Toxiproxy's order: upstream toxics first, then downstream ones.
     let (status, list) = http(api, "GET", toxics, None).await;
     assert_eq!((status, list.as_array().unwrap().len()), (200, 2));
-    assert_eq!(list[0], expected);
+    assert_eq!((&list[0]["name"], &list[1]), (&json!("rst"), &expected));
     assert_eq!(
         http(api, "GET", "/proxies/db/toxics/latency_downstream", None).await,
         (200, expected)
@@ -327,7 +328,8 @@ async fn populate_creates_keeps_and_replaces() {
         Some(r#"{"type": "timeout"}"#),
     )
     .await;
-    let same = json!([{"name": "a", "listen": "127.0.0.1:0", "upstream": echo}]).to_string();
+    // Unchanged means the address it listens on (port 0 would ask for a new port).
+    let same = json!([{"name": "a", "listen": a_listen, "upstream": echo}]).to_string();
     let (status, body) = http(api, "POST", "/populate", Some(&same)).await;
     assert_eq!((status, &body["proxies"][0]["listen"]), (201, &a_listen));
     assert_eq!(body["proxies"][0]["toxics"].as_array().unwrap().len(), 1);

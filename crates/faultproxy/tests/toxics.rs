@@ -129,7 +129,7 @@ async fn timeout_swallows_data_then_closes() {
 }
 
 #[tokio::test]
-async fn timeout_zero_blocks_until_removed() {
+async fn timeout_zero_blocks_until_removed_then_closes() {
     let (_proxies, proxy) = proxy_to(echo_server().await).await;
     let timeout = ToxicKind::Timeout { timeout: 0 };
     proxy
@@ -150,10 +150,12 @@ async fn timeout_zero_blocks_until_removed() {
     })
     .await;
 
-    // No data and no close while the toxic was there: the first bytes the client ever
-    // receives are the echo sent after the removal, on the same connection.
+    // Removing the toxic closes the connection it held, as Toxiproxy does: the client never
+    // receives a byte, only the close. A new connection flows again.
     proxy.remove_toxic("timeout_downstream").unwrap();
-    echo_once(&mut client, b"back").await;
+    assert!(within(read_all(&mut client)).await.unwrap().is_empty());
+    let mut again = TcpStream::connect(proxy.listen_addr()).await.unwrap();
+    echo_once(&mut again, b"back").await;
     assert_eq!(proxy.swallowed_chunks(), 2);
 }
 

@@ -229,3 +229,66 @@ pub fn assert_error(response: (u16, Value), status: u16, message_start: &str) {
         "{message:?} should start with {message_start:?}"
     );
 }
+
+/// Like [`raw_http`], but returns the head (status line and headers) and the body as text,
+/// untouched: for the exact bytes of an answer, and its headers.
+pub async fn raw_http_text(api: SocketAddr, request: &str) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(api).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let response = String::from_utf8(within(read_all(&mut stream)).await.unwrap()).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// A port that nothing listens on right now (bound by us, its number read, let go): for
+/// tests that, like Toxiproxy's, name the listen address themselves (`localhost:PORT`).
+/// Somebody could take it before the test binds it; the kernel hands out ports in a way
+/// that makes that very unlikely.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Toxiproxy's `AssertProxyUp`: a connection to `address` succeeds (`up`) or is refused.
+#[track_caller]
+pub fn assert_proxy_up(address: &str, up: bool) -> impl Future<Output = ()> {
+    let waiting_at = std::panic::Location::caller();
+    let address = address.to_owned();
+    async move {
+        match within(TcpStream::connect(&address)).await {
+            Ok(_) if up => {}
+            Err(error) if !up => assert_eq!(
+                error.kind(),
+                io::ErrorKind::ConnectionRefused,
+                "{address} (at {waiting_at})"
+            ),
+            Ok(_) => panic!("{address} should be down (at {waiting_at})"),
+            Err(error) => panic!("{address} should be up: {error} (at {waiting_at})"),
+        }
+    }
+}
+
+/// A proxy's toxic named `name` in a toxic list (a JSON array), if any: Toxiproxy's
+/// `AssertToxicExists`.
+pub fn find_toxic<'a>(toxics: &'a Value, name: &str) -> Option<&'a Value> {
+    toxics
+        .as_array()
+        .expect("a toxic list")
+        .iter()
+        .find(|toxic| toxic["name"] == name)
+}
+
+/// An upstream that accepts one connection and hands it to the test, which plays the server
+/// itself; and a proxy in front of it with a client connected through it. Returns the
+/// registry, the proxy, the client's side and the server's side.
+pub async fn established() -> (FaultProxy, Proxy, TcpStream, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (proxies, proxy) = proxy_to(listener.local_addr().unwrap()).await;
+    let client = TcpStream::connect(proxy.listen_addr()).await.unwrap();
+    let (server, _) = within(listener.accept()).await.unwrap();
+    (proxies, proxy, client, server)
+}
