@@ -85,7 +85,7 @@ fn main() {
             ));
         writeln!(
             catalogue,
-            "    Entry {{ name: {name:?}, lesson: &crate::{topic}::LESSON, scenario: &crate::{topic}::{module}::SCENARIO }},"
+            "    Entry {{ name: {name:?}, source: \"crates/lab-scenarios/src/{topic}/{module}.rs\", lesson: &crate::{topic}::LESSON, scenario: &crate::{topic}::{module}::SCENARIO }},"
         )
         .unwrap();
         embedded.push_str(&embed_entry(&name, &scenarios_dir.join(&name)));

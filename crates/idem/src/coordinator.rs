@@ -238,6 +238,7 @@ where
     /// runs out, exactly as after a real crash, which cannot clean up either. (idempotency-kit
     /// deletes the reservation on cancellation; a crashed process could not, and a cancelled
     /// action may well have had its effect.)
+    #[tracing::instrument(level = "debug", skip_all, fields(operation = request.operation, key = request.key))]
     pub async fn coordinate<T, E, F, Fut>(
         &self,
         request: Request<'_>,

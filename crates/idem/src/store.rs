@@ -75,6 +75,7 @@ where
 
     /// `SET key pending NX GET PX lease`: writes our reservation if the key is free, and in the
     /// same round trip returns what holds the key if it is not (nil means it was free).
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn reserve(
         &self,
         key: &str,
@@ -102,6 +103,7 @@ where
     }
 
     /// `reserve.lua`: reserve-or-read, drawing a fencing token for a new reservation.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn reserve_fenced(
         &self,
         key: &str,
@@ -133,6 +135,7 @@ where
     }
 
     /// `GET key`.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn read(
         &self,
         stage: Stage,
@@ -147,6 +150,7 @@ where
 
     /// `SET key record NX GET PX ttl`: stores the record if the key is free; otherwise returns
     /// what holds it (the winner of a race), in the same round trip.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn store_if_absent(
         &self,
         key: &str,
@@ -169,6 +173,7 @@ where
     }
 
     /// `SET key record PX ttl`, whatever the key holds: idempotency-kit's `replace`.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn overwrite(
         &self,
         stage: Stage,
@@ -192,6 +197,7 @@ where
     /// `SET key pending XX PX lease`: extends a reservation without checking whose it is
     /// (idempotency-kit 0.5.0's renewal). `XX` at least does not resurrect a key that is gone.
     /// Returns whether the key existed.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn renew(
         &self,
         key: &str,
@@ -215,6 +221,7 @@ where
     }
 
     /// `renew.lua`: extends the reservation if it is still ours.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn renew_fenced(
         &self,
         key: &str,
@@ -242,6 +249,7 @@ where
     }
 
     /// `complete.lua`: stores the result if the reservation is still ours.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn complete_fenced(
         &self,
         key: &str,
@@ -269,6 +277,7 @@ where
     }
 
     /// `DEL key`, whoever holds it: idempotency-kit's release.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn delete(&self, key: &str) -> Result<(), StorageError> {
         let mut conn = self.conn.clone();
         self.bounded(Stage::Release, async move {
@@ -281,6 +290,7 @@ where
     }
 
     /// `release.lua`: deletes the reservation if it is still ours.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn release_fenced(
         &self,
         key: &str,

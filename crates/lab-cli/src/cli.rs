@@ -71,6 +71,18 @@ pub struct Global {
     /// Show the model answer under each "check your understanding" question
     #[arg(long, global = true)]
     pub answers: bool,
+    /// Under each step, show the SQL statements it executed (ours and the services'), with
+    /// psql's command tag (INSERT 0 1, UPDATE 1, SELECT 2); --format json always has them
+    #[arg(long, global = true)]
+    pub show_sql: bool,
+    /// Under each step, show the Redis commands it executed, with the reply as redis-cli shows
+    /// it; --format json always has them
+    #[arg(long, global = true)]
+    pub show_commands: bool,
+    /// Print the services' and workers' structured log lines (task_id, attempts,
+    /// Idempotency-Key, report and charge ids) on stderr; LAB_LOG=target=level,… chooses others
+    #[arg(long, global = true)]
+    pub log: bool,
     /// Use this PostgreSQL instead of a throwaway one (postgresql:// or postgresql+psycopg://)
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
@@ -124,6 +136,13 @@ pub enum Command {
         /// Rewrite the expected files with what this run produced
         #[arg(long)]
         bless: bool,
+    },
+    /// Run scenarios headless and list the SQL statements and Redis commands each executed,
+    /// by the function (file:line) they are written in: from the narrative to the code
+    Explain {
+        /// Scenario names, or `all`
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
     },
     /// Show which servers would be used, their versions, and what is missing
     Doctor,

@@ -22,6 +22,7 @@ macro_rules! say {
 
 mod cli;
 mod commands;
+mod logging;
 mod session;
 
 use std::process::ExitCode;
@@ -45,6 +46,14 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    let log_color = cli.global.color == cli::ColorArg::Always
+        || (cli.global.color == cli::ColorArg::Auto
+            && std::io::IsTerminal::is_terminal(&std::io::stderr())
+            && std::env::var_os("NO_COLOR").is_none());
+    if let Err(e) = logging::install(cli.global.log, log_color) {
+        eprintln!("lab: error: {e}");
+        return ExitCode::from(exit::USAGE);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -233,6 +233,9 @@ pub struct Session {
     pub answers: bool,
     /// Grade the predictions and print the score (`--quiz`).
     pub quiz: bool,
+    /// Show what each step executed (`--show-sql`, `--show-commands`).
+    pub show_sql: bool,
+    pub show_commands: bool,
     pub library: Library,
     /// Pauses in step mode (`--step`, live only); never pauses otherwise.
     pub gate: Gate,
@@ -264,6 +267,8 @@ impl Session {
             format: global.format,
             answers: global.answers,
             quiz: global.quiz,
+            show_sql: global.show_sql,
+            show_commands: global.show_commands,
             library,
             gate,
             config: RunConfig {
@@ -282,7 +287,8 @@ impl Session {
         let renderer = match self.format {
             FormatArg::Text | FormatArg::Junit => Renderer::Text(
                 TextRenderer::new(self.library.texts.clone(), self.lang, self.color)
-                    .with_answers(self.answers),
+                    .with_answers(self.answers)
+                    .with_executed(self.show_sql, self.show_commands),
             ),
             FormatArg::Json => Renderer::Json(
                 JsonRenderer::new(self.library.texts.clone(), self.lang).with_answers(self.answers),

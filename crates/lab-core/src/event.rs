@@ -40,6 +40,38 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
 }
 
+/// The server a statement or command ran on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Server {
+    Postgres,
+    Redis,
+}
+
+/// Where in the lab's code something ran: the function (the span it was instrumented with) and
+/// where it is written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CodePlace {
+    pub function: String,
+    /// Relative to the workspace, e.g. `crates/lab-services/src/reports.rs`.
+    pub file: String,
+    pub line: u32,
+}
+
+/// A SQL statement or a Redis command that ran, as the server answered it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Executed {
+    pub server: Server,
+    /// The bundled service that ran it; `None` for the scenario's own actors (a worker, a
+    /// client).
+    pub by: Option<String>,
+    pub code: Option<CodePlace>,
+    /// The statement on one line (parameters as `$1`), or the command as redis-cli shows it.
+    pub text: String,
+    /// psql's command tag (`INSERT 0 1`, `SELECT 2`), or the reply as redis-cli shows it.
+    pub result: String,
+}
+
 /// One thing that happened in a scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -68,6 +100,9 @@ pub enum Event {
     },
     /// Something that happened inside a bundled service. Step mode pauses here too.
     Service { service: String, text: Msg },
+    /// A SQL statement or Redis command a step executed (see [`crate::trace`]). Shown with
+    /// `--show-sql` / `--show-commands`, always in JSON.
+    Executed(Executed),
     /// The rows or keys that matter, read from the real servers.
     State { table: Table },
     /// A remark in the story.

@@ -16,6 +16,7 @@
 //! - [`checkpoint`]: named points inside services where a scenario can hold or order requests.
 //! - [`facts`]: measured facts, expected facts, and their comparison.
 //! - [`render`]: text and JSON-lines renderers.
+//! - [`trace`]: the SQL statements and Redis commands a run executed, caught from `tracing`.
 
 pub mod checkpoint;
 pub mod event;
@@ -25,9 +26,10 @@ pub mod lang;
 pub mod narrator;
 pub mod render;
 pub mod text;
+pub mod trace;
 
 pub use checkpoint::Checkpoints;
-pub use event::{Event, Outcome, Table};
+pub use event::{CodePlace, Event, Executed, Outcome, Server, Table};
 pub use facts::{FactCheck, Facts};
 pub use gate::{Gate, Quit};
 pub use lang::Lang;

@@ -38,6 +38,22 @@ struct Inner {
     facts: Mutex<Facts>,
 }
 
+/// A narrator that does not keep its run alive (the run table of [`crate::trace`]).
+#[derive(Clone)]
+pub struct WeakNarrator {
+    inner: std::sync::Weak<Inner>,
+}
+
+impl WeakNarrator {
+    pub fn upgrade(&self) -> Option<Narrator> {
+        self.inner.upgrade().map(|inner| Narrator { inner })
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.inner.strong_count() > 0
+    }
+}
+
 /// A call's result, as the narrator shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallView {
@@ -64,6 +80,12 @@ impl Narrator {
     /// A narrator that only records (tests, `lab check`).
     pub fn recording() -> Narrator {
         Narrator::new(None, Gate::default())
+    }
+
+    pub fn downgrade(&self) -> WeakNarrator {
+        WeakNarrator {
+            inner: Arc::downgrade(&self.inner),
+        }
     }
 
     pub fn gate(&self) -> &Gate {

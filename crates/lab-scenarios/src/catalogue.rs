@@ -10,6 +10,8 @@ use crate::scenario::{Lesson, Requires, Scenario};
 #[derive(Clone, Copy)]
 pub struct Entry {
     pub name: &'static str,
+    /// Its module, relative to the workspace (what `lab explain` points a learner to).
+    pub source: &'static str,
     pub lesson: &'static Lesson,
     pub scenario: &'static Scenario,
 }

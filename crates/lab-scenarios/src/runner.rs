@@ -12,9 +12,11 @@
 
 use std::time::Duration;
 
+use lab_core::trace::backstage;
 use lab_core::{Checkpoints, Event, Facts, Narrator};
 use lab_infra::{InfraError, RunSpace, Servers};
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use crate::catalogue::Entry;
 use crate::ctx::Ctx;
@@ -102,6 +104,21 @@ pub async fn run(
     library: &Library,
     config: &RunConfig,
 ) -> Result<RunReport, ScenarioError> {
+    // Everything the run does, in its own tasks and its services', happens inside this span:
+    // that is how a statement a handler executes finds its way to this run's narrator.
+    let span = lab_core::trace::run_span(&narrator);
+    run_in_span(entry, servers, narrator, library, config)
+        .instrument(span)
+        .await
+}
+
+async fn run_in_span(
+    entry: Entry,
+    servers: &Servers,
+    narrator: Narrator,
+    library: &Library,
+    config: &RunConfig,
+) -> Result<RunReport, ScenarioError> {
     let requires = entry.requires();
     let settings = settings_for(entry, &config.settings);
     narrator.start(entry.name);
@@ -112,7 +129,7 @@ pub async fn run(
         tables.push(entry.lesson.schema);
     }
     tables.extend(stage::schemas(requires.services));
-    let space = RunSpace::create(servers, &tables).await?;
+    let space = backstage(RunSpace::create(servers, &tables)).await?;
 
     let tasks = TaskTracker::new();
     let checkpoints = Checkpoints::new();
@@ -156,11 +173,11 @@ pub async fn run(
             if let Some(faults) = faults {
                 faults.release().await;
             }
-            let _ = space.release(servers, config.keep).await;
+            let _ = backstage(space.release(servers, config.keep)).await;
             return Err(e);
         }
         Err(e) => {
-            let _ = space.release(servers, config.keep).await;
+            let _ = backstage(space.release(servers, config.keep)).await;
             return Err(e);
         }
     };
@@ -178,7 +195,7 @@ pub async fn run(
         pg_url: space.pg_url.clone(),
         redis_url: space.redis_url.clone(),
     });
-    let released = space.release(servers, config.keep).await;
+    let released = backstage(space.release(servers, config.keep)).await;
     result?;
     released?;
     let passed = narrator.summary(

@@ -10,6 +10,7 @@
 //! lets requests in flight finish; dropping the future (an aborted service) aborts them all.
 
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use axum::Router;
 use hyper::server::conn::http1;
@@ -63,9 +64,13 @@ pub async fn serve(listener: TcpListener, router: Router, stop: CancellationToke
         };
         let service = TowerToHyperService::new(router.clone());
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-        connections.spawn(async move {
-            let _ = connection.await;
-        });
+        // The connection's task carries the service's span on (a spawned task starts with none).
+        connections.spawn(
+            async move {
+                let _ = connection.await;
+            }
+            .in_current_span(),
+        );
     }
     drop(listener);
     graceful.shutdown().await;

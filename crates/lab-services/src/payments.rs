@@ -29,6 +29,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -42,7 +43,6 @@ use idem::{
 use lab_core::{Checkpoints, Msg};
 use lab_infra::Needs;
 use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::task::TaskTracker;
@@ -159,7 +159,7 @@ impl PaymentConfig {
 /// The service's state.
 #[derive(Clone)]
 pub struct Payments {
-    redis: ConnectionManager,
+    redis: crate::spec::RedisLink,
     /// Every coordinator key of this service starts with it: `lab:<run>:idempotency:`.
     prefix: String,
     provider_url: String,
@@ -373,7 +373,7 @@ async fn pay(
     let key = client_key(&headers)?;
     let tasks = service.tasks.clone();
     tasks
-        .spawn(charge_once(service, tenant, order, payment, key))
+        .spawn(charge_once(service, tenant, order, payment, key).in_current_span())
         .await
         .unwrap_or_else(|_| {
             Err(ApiError::client(
@@ -385,6 +385,7 @@ async fn pay(
 }
 
 /// The lesson's `charge_once`.
+#[tracing::instrument(skip_all, fields(key, provider_key, order = %order, tenant = %tenant))]
 async fn charge_once(
     service: Payments,
     tenant: uuid::Uuid,
@@ -392,6 +393,7 @@ async fn charge_once(
     payment: Payment,
     key: String,
 ) -> Result<Response, ApiError> {
+    tracing::Span::current().record("key", key.as_str());
     let config = *service.config.lock();
     let operation = operation(&tenant);
     if config.key_guard
@@ -405,6 +407,7 @@ async fn charge_once(
     }
     let fingerprint = fingerprint(&order, payment.amount, &payment.currency);
     let provider_key = format!("{operation}.{}", idem::normalise_key(&key));
+    tracing::Span::current().record("provider_key", provider_key.as_str());
 
     let heard: Heard = Arc::default();
     let policy = config.policy();
@@ -436,6 +439,12 @@ async fn charge_once(
         })
         .await;
     service.tell_heard(&heard).await;
+    match &result {
+        Ok(charged) => {
+            tracing::info!(source = ?charged.source, charge_id = charged.value.charge_id, "payment answered");
+        }
+        Err(error) => tracing::info!(%error, "payment not charged"),
+    }
 
     match result {
         Ok(charged) => {
@@ -490,6 +499,7 @@ async fn charge_once(
 }
 
 /// Charges at the provider with the provider key; narrates what came back.
+#[tracing::instrument(skip(service, body))]
 async fn call_provider(
     service: &Payments,
     provider_key: &str,

@@ -174,6 +174,7 @@ fn provider_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// `POST /charges`: moves money, once per key when dedup is on.
+#[tracing::instrument(skip_all, fields(key))]
 async fn create_charge(
     State(provider): State<Provider>,
     headers: HeaderMap,
@@ -181,6 +182,7 @@ async fn create_charge(
 ) -> Result<Response, ApiError> {
     validate(&req)?;
     let key = provider_key(&headers)?;
+    tracing::Span::current().record("key", key.as_deref());
     let dedup = provider.dedup_by_key.load(Ordering::SeqCst);
     // Find-or-create under one lock: two concurrent calls with one key cannot both charge when
     // dedup is on.
@@ -205,6 +207,13 @@ async fn create_charge(
             }
         }
     };
+    tracing::info!(
+        charge_id = charge.charge_id,
+        amount = charge.amount,
+        replayed,
+        dedup,
+        "charge"
+    );
     let msg = if replayed {
         Msg::new("provider.replayed").arg("id", &charge.charge_id)
     } else {

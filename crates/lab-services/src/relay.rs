@@ -151,6 +151,7 @@ enum Retryable {
 }
 
 /// One call down the chain.
+#[tracing::instrument(skip(relay, body, timeout))]
 async fn attempt(
     relay: &Relay,
     key: &str,
@@ -188,6 +189,7 @@ async fn attempt(
 }
 
 /// Takes a payment and relays it down the chain, retrying within the policy.
+#[tracing::instrument(skip_all, fields(relay = relay.hop.name, client_key))]
 async fn relay_payment(
     State(relay): State<Relay>,
     headers: HeaderMap,
@@ -210,6 +212,7 @@ async fn relay_payment(
             )
         })?
         .to_string();
+    tracing::Span::current().record("client_key", client_key.as_str());
     let policy = relay.policy;
     let started = Instant::now();
     let next = relay.hop.next;
@@ -230,6 +233,7 @@ async fn relay_payment(
             .await;
         let why = match attempt(&relay, &key, &payment, policy.per_call.min(left)).await {
             Ok(answer) => {
+                tracing::info!(attempt = n, status = answer.status.as_u16(), "answered");
                 relay
                     .tell(
                         Msg::new("relay.answered")
@@ -242,6 +246,7 @@ async fn relay_payment(
             Err(Retryable::NoAnswer) => Msg::new("relay.no_answer"),
             Err(Retryable::Status(status)) => Msg::new("relay.status").arg("status", status),
         };
+        tracing::info!(attempt = n, why = ?why.key, "no usable answer");
         if n == policy.attempts {
             break;
         }

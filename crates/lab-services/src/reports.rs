@@ -33,6 +33,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
 use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
@@ -255,7 +256,7 @@ async fn create_report(
     let key = idempotency_key(&headers)?;
     let tasks = service.tasks.clone();
     tasks
-        .spawn(create_report_to_the_end(service, key, req))
+        .spawn(create_report_to_the_end(service, key, req).in_current_span())
         .await
         .unwrap_or_else(|e| {
             eprintln!("lab service: the report handler failed: {e}");
@@ -267,6 +268,7 @@ async fn create_report(
         })
 }
 
+#[tracing::instrument(name = "create_report", skip_all, fields(task_id = req.task_id, key = key.as_deref()))]
 async fn create_report_to_the_end(
     service: ReportService,
     key: Option<String>,
@@ -284,6 +286,7 @@ async fn create_report_to_the_end(
         .bind(&hash)
         .fetch_one(&service.pool)
         .await?;
+        tracing::info!(report_id, "report created without a key");
         service
             .tell(Msg::new("reports.inserted_no_key").arg("id", report_id))
             .await;
@@ -294,6 +297,7 @@ async fn create_report_to_the_end(
 
     // One transaction for "insert or find": the read below sees the row that beat us.
     let mut tx = service.pool.begin().await?;
+    lab_core::trace::began();
     service.checkpoints.reached(BEFORE_INSERT).await;
     // If another transaction has inserted this key but not committed yet, this statement waits
     // for it; then it either inserts (the other rolled back) or does nothing (it committed).
@@ -313,6 +317,7 @@ async fn create_report_to_the_end(
     if let Some(report_id) = inserted {
         service.checkpoints.reached(AFTER_INSERT).await;
         tx.commit().await?;
+        tracing::info!(report_id, "report created, key stored with it");
         service
             .tell(
                 Msg::new("reports.inserted_key")
@@ -334,6 +339,7 @@ async fn create_report_to_the_end(
             .await?;
     tx.commit().await?;
     if stored_hash != hash {
+        tracing::info!(report_id, "key reused for another payload: refused");
         service
             .tell(
                 Msg::new("reports.key_mismatch")
@@ -347,6 +353,7 @@ async fn create_report_to_the_end(
             format!("Idempotency-Key {key} was used for another payload (report {report_id})"),
         ));
     }
+    tracing::info!(report_id, "key seen before: stored report replayed");
     service
         .tell(
             Msg::new("reports.replayed")
@@ -361,6 +368,7 @@ async fn create_report_to_the_end(
 /// `POST /naive/reports`: the design the lesson warns against. It checks whether a report with
 /// the key exists, then inserts: two concurrent requests can both find nothing and both insert.
 /// Its table has no UNIQUE constraint to stop them.
+#[tracing::instrument(name = "create_report_naive", skip_all, fields(task_id = req.task_id))]
 async fn create_report_naive(
     State(service): State<ReportService>,
     headers: HeaderMap,
@@ -393,6 +401,11 @@ async fn create_report_naive(
     .bind(payload_hash(&req))
     .fetch_one(&service.pool)
     .await?;
+    tracing::info!(
+        report_id,
+        key,
+        "naive: report created after the check found none"
+    );
     Ok(created(StatusCode::CREATED, report_id, false))
 }
 

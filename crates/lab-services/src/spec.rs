@@ -17,6 +17,7 @@
 //!   ServiceEnv: database pool, Redis, key prefix, peers' URLs, observer, checkpoints, tasks
 //! ```
 
+use lab_core::trace::Traced;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use axum::Router;
 use lab_core::{Checkpoints, Msg};
@@ -173,10 +175,7 @@ impl ServiceEnv {
     /// A connection to the run's Redis that fails fast: a dead Redis costs a command a quarter
     /// of a second, not the seconds of a client's own retries, and the connection comes back by
     /// itself once Redis does. Lazy: a service starts even while Redis is unreachable.
-    pub fn redis(
-        &self,
-        service: &'static str,
-    ) -> Result<redis::aio::ConnectionManager, ServiceError> {
+    pub fn redis(&self, service: &'static str) -> Result<RedisLink, ServiceError> {
         let url = self.redis_url.as_deref().ok_or(ServiceError::Missing {
             service,
             what: "Redis",
@@ -191,6 +190,7 @@ impl ServiceEnv {
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100));
         redis::aio::ConnectionManager::new_lazy_with_config(client, config)
+            .map(Traced::new)
             .map_err(|source| ServiceError::Redis { service, source })
     }
 
@@ -206,7 +206,7 @@ impl ServiceEnv {
 /// A connection to Redis at `url` that fails fast and reconnects by itself: what the bundled
 /// services (and the lab's own workers) use. Lazy: it connects on first use, so it can be made
 /// while Redis is unreachable.
-pub fn redis_connection(url: &str) -> redis::RedisResult<redis::aio::ConnectionManager> {
+pub fn redis_connection(url: &str) -> redis::RedisResult<RedisLink> {
     let client = redis::Client::open(url)?;
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(REDIS_TIMEOUT))
@@ -215,8 +215,12 @@ pub fn redis_connection(url: &str) -> redis::RedisResult<redis::aio::ConnectionM
         .set_number_of_retries(2)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(100));
-    redis::aio::ConnectionManager::new_lazy_with_config(client, config)
+    redis::aio::ConnectionManager::new_lazy_with_config(client, config).map(Traced::new)
 }
+
+/// A connection to the run's Redis that reconnects by itself and reports each command it sends
+/// (what `--show-commands` shows).
+pub type RedisLink = Traced<redis::aio::ConnectionManager>;
 
 /// How long a service's Redis connection may take to connect or to answer one command.
 const REDIS_TIMEOUT: Duration = Duration::from_millis(250);
@@ -255,12 +259,12 @@ pub fn launch(
     let router = (spec.router)(env)?;
     let stop = CancellationToken::new();
     let stopped = stop.clone();
-    let task = tasks.spawn(crate::http::serve(
-        listener,
-        router,
-        stopped,
-        crate::http::Limits::default(),
-    ));
+    // Everything the service does runs in its span (a child of the run's, when a run starts
+    // it), so the statements and commands its handlers execute are told as its own.
+    let task = tasks.spawn(
+        crate::http::serve(listener, router, stopped, crate::http::Limits::default())
+            .instrument(lab_core::trace::service_span(spec.name)),
+    );
     Ok(RunningService {
         name: spec.name,
         addr,

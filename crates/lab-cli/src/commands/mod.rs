@@ -2,6 +2,7 @@
 
 mod check;
 mod doctor;
+mod explain;
 mod list;
 mod run;
 mod serve;
@@ -34,6 +35,7 @@ pub async fn dispatch(cli: Cli) -> u8 {
         }
         Command::Check { names, bless } => check::check(&cli.global, names, *bless).await,
         Command::Doctor => doctor::doctor(&cli.global).await,
+        Command::Explain { names } => explain::explain(&cli.global, names).await,
         Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -83,6 +83,15 @@ impl JsonRenderer {
             Event::Service { service, text } => {
                 json!({"event": "service", "service": service, "text": self.t(text)})
             }
+            Event::Executed(executed) => {
+                let mut value = json!({"event": "executed"});
+                if let (Value::Object(value), Ok(Value::Object(fields))) =
+                    (&mut value, serde_json::to_value(executed))
+                {
+                    value.extend(fields);
+                }
+                value
+            }
             Event::State { table } => json!({
                 "event": "state",
                 "title": self.t(&table.title),

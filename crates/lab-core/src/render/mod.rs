@@ -2,10 +2,12 @@
 //! called whom ([`diagram`]: Mermaid, terminal swimlanes).
 
 pub mod diagram;
+mod explain;
 mod json;
 mod text;
 
 pub use diagram::{mermaid, swimlanes};
+pub use explain::render_explain;
 pub use json::JsonRenderer;
 pub use text::{TextRenderer, render_text};
 

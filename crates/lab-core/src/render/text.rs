@@ -12,7 +12,7 @@ use colored::Colorize;
 use super::reflow;
 use crate::facts::compare;
 use crate::text::COMMON;
-use crate::{Event, Lang, Msg, Outcome, Table, Texts};
+use crate::{Event, Executed, Lang, Msg, Outcome, Server, Table, Texts};
 
 /// Renders events as text in one language.
 pub struct TextRenderer {
@@ -32,6 +32,12 @@ pub struct TextRenderer {
     answers: bool,
     /// The last snapshot of each table (by title), to show what changed since.
     tables: std::collections::HashMap<String, Table>,
+    /// Show the SQL statements (`--show-sql`) and Redis commands (`--show-commands`) that ran.
+    show_sql: bool,
+    show_commands: bool,
+    /// Statements and commands not yet shown. A script acts first and then tells the step
+    /// (with what it measured), so what ran just before a step is shown under it.
+    executed: String,
 }
 
 /// Renders a whole recorded run without colour (what `lab check` compares).
@@ -86,7 +92,17 @@ impl TextRenderer {
             learner: None,
             answers: false,
             tables: std::collections::HashMap::new(),
+            show_sql: false,
+            show_commands: false,
+            executed: String::new(),
         }
+    }
+
+    /// Shows the SQL statements and the Redis commands each step executed.
+    pub fn with_executed(mut self, sql: bool, commands: bool) -> TextRenderer {
+        self.show_sql = sql;
+        self.show_commands = commands;
+        self
     }
 
     /// Shows the model answer under each quiz question.
@@ -162,7 +178,18 @@ impl TextRenderer {
 
     /// Renders one event as zero or more complete lines.
     pub fn render(&mut self, event: &Event) -> String {
-        let out = self.render_event(event);
+        let out = match event {
+            Event::Executed(executed) => {
+                let line = self.executed(executed);
+                self.executed.push_str(&line);
+                return String::new();
+            }
+            Event::Step { .. } => {
+                let step = self.render_event(event);
+                step + &std::mem::take(&mut self.executed)
+            }
+            _ => std::mem::take(&mut self.executed) + &self.render_event(event),
+        };
         if !out.is_empty() {
             self.ends_blank = out.ends_with("\n\n");
         }
@@ -233,6 +260,8 @@ impl TextRenderer {
                 );
                 format!("      {}\n", self.paint(&line, Style::Dim))
             }
+            // Held back by `render` and shown with the next event.
+            Event::Executed(_) => String::new(),
             Event::State { table } => {
                 let previous = self.tables.insert(table.title.key.clone(), table.clone());
                 self.table(table, previous.as_ref())
@@ -334,6 +363,29 @@ impl TextRenderer {
     /// The answer to the prediction: the right option (from the scenario's answer key), the
     /// explanation built from measured values, and, when the learner answered, whether they were
     /// right.
+    /// One statement or command, as its client's prompt would show it, with the server's
+    /// answer as a comment: `sql> UPDATE tasks SET … WHERE id = $1;  -- UPDATE 1 · worker`.
+    fn executed(&self, executed: &Executed) -> String {
+        let (prompt, shown) = match executed.server {
+            Server::Postgres => ("sql>", self.show_sql),
+            Server::Redis => ("redis>", self.show_commands),
+        };
+        if !shown {
+            return String::new();
+        }
+        let terminator = if executed.server == Server::Postgres {
+            ";"
+        } else {
+            ""
+        };
+        let mut comment = executed.result.clone();
+        if let Some(service) = &executed.by {
+            comment = format!("{comment} · {}", self.key(&format!("service.{service}")));
+        }
+        let line = format!("{prompt} {}{terminator}  -- {comment}", executed.text);
+        format!("      {}\n", self.paint(&line, Style::Dim))
+    }
+
     fn reveal(&mut self, answer: &Msg) -> String {
         let label = format!("! {}: ", self.key("label.answer"));
         let prefix = self.prediction.clone().unwrap_or_else(|| "predict".into());

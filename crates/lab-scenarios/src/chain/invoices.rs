@@ -148,6 +148,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
     }
 
     /// The lesson's `send_invoice_once`, then the acknowledgement (or not).
+    #[tracing::instrument(skip_all, fields(worker = self.name, entry = %delivery.entry, deliveries = delivery.count, invoice_version = delivery.job.invoice_version))]
     pub async fn handle(&self, delivery: &Delivery) -> Handled {
         let job = &delivery.job;
         self.tell(
@@ -172,6 +173,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
             .coordinator
             .coordinate(request, |_| self.send(delivery))
             .await;
+        match &sent {
+            Ok(done) => {
+                tracing::info!(source = ?done.source, email_id = ?done.value["email_id"], "invoice handled")
+            }
+            Err(error) => tracing::info!(%error, "invoice not sent"),
+        }
         match sent {
             Ok(done) => {
                 let email_id = done.value["email_id"].as_str().unwrap_or("?").to_string();

@@ -75,6 +75,7 @@ pub struct Queue<C> {
 
 impl<C: ConnectionLike + Clone + Send> Queue<C> {
     /// The queue `name` under `prefix`; creates the stream and its group if they do not exist.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn open(conn: C, prefix: &str, name: &str) -> RedisResult<Queue<C>> {
         let queue = Queue {
             conn,
@@ -108,6 +109,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
     }
 
     /// Publishes a job; returns its entry id.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn publish(&self, job: &InvoiceJob) -> RedisResult<String> {
         redis::cmd("XADD")
             .arg(&self.stream)
@@ -119,6 +121,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
     }
 
     /// The next new entry for `consumer`, if any.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn receive(&self, consumer: &str) -> RedisResult<Option<Delivery>> {
         let reply: Value = redis::cmd("XREADGROUP")
             .arg("GROUP")
@@ -138,6 +141,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
 
     /// Claims for `consumer` the oldest entry idle for longer than the visibility timeout: its
     /// redelivery.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn reclaim(&self, consumer: &str) -> RedisResult<Option<Delivery>> {
         let reply: Value = redis::cmd("XAUTOCLAIM")
             .arg(&self.stream)
@@ -179,6 +183,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
     }
 
     /// Acknowledges an entry: it is done and will not be delivered again.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn ack(&self, entry: &str) -> RedisResult<()> {
         redis::cmd("XACK")
             .arg(&self.stream)
@@ -189,6 +194,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
     }
 
     /// Moves a delivery to the dead-letter stream with its reason, and acknowledges it.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn dead_letter(&self, delivery: &Delivery, reason: &str) -> RedisResult<()> {
         let () = redis::cmd("XADD")
             .arg(&self.dead)
@@ -206,6 +212,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
     }
 
     /// The dead letters: each job with its reason.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn dead_letters(&self) -> RedisResult<Vec<(InvoiceJob, String)>> {
         let reply: Value = redis::cmd("XRANGE")
             .arg(&self.dead)
@@ -227,6 +234,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
     }
 
     /// The pending entries list (`XPENDING … - + 100`): what was delivered and not acknowledged.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn pending(&self) -> RedisResult<Vec<Pending>> {
         let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
             .arg(&self.stream)
@@ -247,6 +255,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
     }
 
     /// Entries never delivered yet (the group's `lag`, Redis 7).
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn undelivered(&self) -> RedisResult<u64> {
         let groups: Vec<std::collections::HashMap<String, Value>> = redis::cmd("XINFO")
             .arg("GROUPS")
@@ -267,6 +276,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
 
     /// Simulated time: makes a pending entry look idle for `idle` (its owner and delivery count
     /// unchanged), instead of waiting that long.
+    #[tracing::instrument(level = "debug", skip_all)]
     pub async fn age(&self, pending: &Pending, idle: Duration) -> RedisResult<()> {
         let _: Value = redis::cmd("XCLAIM")
             .arg(&self.stream)

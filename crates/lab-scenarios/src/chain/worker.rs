@@ -21,6 +21,7 @@
 //! Facts: `emails_sent` = 2, `v1_redelivery_email_id` = "em_1", `recipient_change_rejected` =
 //! true, `in_progress_not_acked` = true, `all_jobs_settled` = true.
 
+use lab_core::trace::backstage;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,11 +62,11 @@ fn job(version: u32, email: &str) -> InvoiceJob {
     }
 }
 
-type Conn = redis::aio::ConnectionManager;
+type Conn = lab_services::spec::RedisLink;
 
 struct Setup {
     /// The queue as the lab sees it: directly, never through the cut link.
-    inspector: Queue<redis::aio::MultiplexedConnection>,
+    inspector: Queue<lab_core::trace::Traced<redis::aio::MultiplexedConnection>>,
     a: InvoiceWorker<Conn>,
     b: InvoiceWorker<Conn>,
     entries: Entries,
@@ -111,6 +112,7 @@ async fn publish(ctx: &Ctx, s: &Setup, job: &InvoiceJob) -> Result<(), ScenarioE
 }
 
 /// Shows the stream's pending entries list, as `XPENDING` gives it.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 async fn show_pending(ctx: &Ctx, s: &Setup) -> Result<Vec<super::queue::Pending>, ScenarioError> {
     let pending = s.inspector.pending().await?;
     ctx.narrator.state(Table {
@@ -125,6 +127,7 @@ async fn show_pending(ctx: &Ctx, s: &Setup) -> Result<Vec<super::queue::Pending>
 }
 
 /// The mailer's own list of emails.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 async fn emails(ctx: &Ctx) -> Result<Vec<mailer::Email>, ScenarioError> {
     let direct = ctx.service(&mailer::SPEC)?.direct;
     let body: Value = client()?
@@ -276,7 +279,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     publish(ctx, &s, &job(1, BORIS)).await?;
     let before = emails(ctx).await?.len();
     let refused = s.b.take_new().await?;
-    let dead = s.inspector.dead_letters().await?;
+    let dead = backstage(s.inspector.dead_letters()).await?;
     show_dead_letters(ctx, &dead);
     n.fact(
         "recipient_change_rejected",
@@ -287,7 +290,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 
     n.step("step.settled").await?;
     let pending = show_pending(ctx, &s).await?;
-    let undelivered = s.inspector.undelivered().await?;
+    let undelivered = backstage(s.inspector.undelivered()).await?;
     let sent = show_emails(ctx).await?;
     n.fact("emails_sent", sent);
     n.fact("all_jobs_settled", pending.is_empty() && undelivered == 0);

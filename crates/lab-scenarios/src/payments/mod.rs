@@ -12,6 +12,7 @@
 
 include!(concat!(env!("OUT_DIR"), "/modules_payments.rs"));
 
+use lab_core::trace::Traced;
 use lab_core::{Msg, Outcome, Table, narrator::CallView};
 use lab_services::payments::{self, PaymentConfig};
 use lab_services::provider::{self, Charge};
@@ -281,10 +282,11 @@ pub fn shown_key(ctx: &Ctx, key: &str) -> String {
 }
 
 /// The run's own connection to the real Redis (never through the fault proxy).
-pub fn redis(ctx: &Ctx) -> Result<redis::aio::MultiplexedConnection, ScenarioError> {
+pub fn redis(ctx: &Ctx) -> Result<Traced<redis::aio::MultiplexedConnection>, ScenarioError> {
     ctx.space
         .redis
         .clone()
+        .map(Traced::new)
         .ok_or_else(|| ScenarioError::Undeclared {
             scenario: ctx.name,
             what: "Redis".into(),
@@ -299,6 +301,7 @@ pub struct RedisRecord {
 }
 
 /// Reads the coordinator's record for a client key with `GET` and `PTTL`.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn read_record(ctx: &Ctx, key: &str) -> Result<Option<RedisRecord>, ScenarioError> {
     let mut conn = redis(ctx)?;
     let redis_key = record_key(ctx, key);
@@ -324,6 +327,7 @@ pub fn pttl_secs(pttl: i64) -> i64 {
 }
 
 /// Shows the coordinator's records for these client keys as they are in Redis now.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn show_records(ctx: &Ctx, keys: &[&str]) -> Result<(), ScenarioError> {
     let mut rows = Vec::new();
     for key in keys {

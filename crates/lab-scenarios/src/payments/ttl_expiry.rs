@@ -15,6 +15,7 @@
 //! `ttl_30_observed` = 60, `crashed_holder_status` = 409, `charges_after_lease_expiry` = 2,
 //! `charges_hardened` = 1.
 
+use tracing::Instrument as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,6 +109,7 @@ async fn expire_now(ctx: &Ctx, key: &str) -> Result<(), ScenarioError> {
 }
 
 /// Waits until `key` no longer exists in Redis (it expired), watching Redis itself.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 async fn wait_until_gone(ctx: &Ctx, key: &str) -> Result<(), ScenarioError> {
     let mut conn = redis(ctx)?;
     let deadline = Instant::now() + LIMIT;
@@ -126,7 +128,7 @@ async fn wait_until_gone(ctx: &Ctx, key: &str) -> Result<(), ScenarioError> {
 
 /// A coordinator as the payment service builds it, for the parts that drive the coordinator
 /// directly: the same prefix, so both see the same records.
-fn coordinator(ctx: &Ctx, policy: Policy) -> Result<Coordinator<redis::aio::MultiplexedConnection>, ScenarioError> {
+fn coordinator(ctx: &Ctx, policy: Policy) -> Result<Coordinator<lab_core::trace::Traced<redis::aio::MultiplexedConnection>>, ScenarioError> {
     Ok(Coordinator::new(redis(ctx)?, policy).with_prefix(payments::key_prefix(&ctx.space.prefix)))
 }
 
@@ -190,6 +192,7 @@ async fn crashed_holder(ctx: &Ctx) -> Result<(), ScenarioError> {
                 })
                 .await;
         }
+        .in_current_span()
     });
     tokio::time::timeout(LIMIT, inside.notified())
         .await

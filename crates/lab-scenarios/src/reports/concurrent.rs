@@ -52,6 +52,7 @@ const LOCK_WAIT_LIMIT: Duration = Duration::from_secs(10);
 /// Waits until one of this run's PostgreSQL sessions is blocked by another (a lock wait), by
 /// watching pg_stat_activity. The run's sessions carry the run's schema as application_name, so
 /// other runs on the same server are not counted. Returns whether it was seen.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 async fn await_lock_wait(pg: &PgPool, application_name: &str) -> bool {
     let deadline = Instant::now() + LOCK_WAIT_LIMIT;
     while Instant::now() < deadline {

@@ -204,6 +204,7 @@ pub async fn claim(ctx: &Ctx) -> Result<i32, ScenarioError> {
 }
 
 /// Shows task 42 as it is in the database now.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn show_task(ctx: &Ctx) -> Result<tasks::TaskRow, ScenarioError> {
     let row = tasks::task(ctx.pg()?, TASK_ID).await?;
     ctx.narrator.state(task_table(&row));
@@ -211,6 +212,7 @@ pub async fn show_task(ctx: &Ctx) -> Result<tasks::TaskRow, ScenarioError> {
 }
 
 /// Shows the report service's table as it is now; returns the rows.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn show_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, ScenarioError> {
     let rows = reports::all_reports(ctx.pg()?).await?;
     ctx.narrator.state(reports_table("table.reports", &rows));
@@ -218,6 +220,7 @@ pub async fn show_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, Scenario
 }
 
 /// Shows the naive endpoint's table (no UNIQUE constraint) as it is now.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn show_naive_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, ScenarioError> {
     let rows: Vec<reports::ReportRow> = sqlx::query_as(
         "SELECT id, task_id, report_type, idempotency_key, payload_hash FROM naive_reports ORDER BY id",
@@ -258,6 +261,7 @@ fn reports_table(title: &str, rows: &[reports::ReportRow]) -> Table {
 }
 
 /// The number of reports in the report service's table, read now.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn count_reports(ctx: &Ctx) -> Result<i64, ScenarioError> {
     Ok(sqlx::query_scalar("SELECT count(*) FROM reports")
         .fetch_one(ctx.pg()?)
@@ -266,6 +270,7 @@ pub async fn count_reports(ctx: &Ctx) -> Result<i64, ScenarioError> {
 
 /// Empties the run's own tables between the two sides of a scenario, so each side starts from
 /// the same state and numbers its reports from 1. Only this run's schema is named.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn reset_tables(ctx: &Ctx) -> Result<(), ScenarioError> {
     let schema = &ctx.space.schema;
     sqlx::query(sqlx::AssertSqlSafe(format!(

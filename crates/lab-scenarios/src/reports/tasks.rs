@@ -23,6 +23,7 @@ pub struct TaskRow {
 }
 
 /// Adds a pending task.
+#[tracing::instrument(skip(pool))]
 pub async fn create_task(pool: &PgPool, task_id: i64) -> Result<(), sqlx::Error> {
     sqlx::query("INSERT INTO tasks (id) VALUES ($1)")
         .bind(task_id)
@@ -33,12 +34,13 @@ pub async fn create_task(pool: &PgPool, task_id: i64) -> Result<(), sqlx::Error>
 
 /// Reserves a task that is pending, or processing with an expired lease. Returns the new
 /// `attempts`: the worker's fencing token, which it must present to `complete_task`.
+#[tracing::instrument(skip(pool, lease))]
 pub async fn claim_task(
     pool: &PgPool,
     task_id: i64,
     lease: Duration,
 ) -> Result<Option<i32>, sqlx::Error> {
-    sqlx::query_scalar(
+    let attempts: Option<i32> = sqlx::query_scalar(
         "UPDATE tasks
             SET status = 'processing',
                 attempts = attempts + 1,
@@ -51,12 +53,18 @@ pub async fn claim_task(
     .bind(task_id)
     .bind(lease.as_secs_f64())
     .fetch_optional(pool)
-    .await
+    .await?;
+    match attempts {
+        Some(attempts) => tracing::info!(attempts, "task claimed"),
+        None => tracing::info!("task not claimable: completed, or leased by another worker"),
+    }
+    Ok(attempts)
 }
 
 /// Records the result, but only for the attempt that holds the task now (`attempts` is the
 /// fencing token) and, with `strict_lease`, only while its lease has not expired. Returns
 /// whether the row was updated; a refused completion changes nothing.
+#[tracing::instrument(skip(pool))]
 pub async fn complete_task(
     pool: &PgPool,
     task_id: i64,
@@ -78,11 +86,14 @@ pub async fn complete_task(
     .bind(strict_lease)
     .execute(pool)
     .await?;
-    Ok(done.rows_affected() == 1)
+    let accepted = done.rows_affected() == 1;
+    tracing::info!(accepted, "completion");
+    Ok(accepted)
 }
 
 /// Simulated time: moves the lease into the past instead of waiting 30 seconds. The narrative
 /// says so whenever a scenario uses it.
+#[tracing::instrument(skip(pool))]
 pub async fn expire_lease(pool: &PgPool, task_id: i64) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE tasks SET lease_until = clock_timestamp() - interval '1 second' WHERE id = $1",
@@ -93,7 +104,9 @@ pub async fn expire_lease(pool: &PgPool, task_id: i64) -> Result<(), sqlx::Error
     Ok(())
 }
 
-/// Reads one task.
+/// Reads one task. The lab reads it to show it, which is not part of the story
+/// (`--show-sql` leaves it out).
+#[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn task(pool: &PgPool, task_id: i64) -> Result<TaskRow, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, status, attempts,
