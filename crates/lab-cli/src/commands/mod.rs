@@ -3,6 +3,7 @@
 mod check;
 mod doctor;
 mod list;
+pub mod proxy;
 mod run;
 mod serve;
 
@@ -35,6 +36,7 @@ pub async fn dispatch(cli: Cli) -> u8 {
         Command::Check { names, bless } => check::check(&cli.global, names, *bless).await,
         Command::Doctor => doctor::doctor(&cli.global).await,
         Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,
+        Command::Proxy(args) => proxy::proxy(&cli.global, args).await,
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut command, "lab", &mut std::io::stdout());
