@@ -13,11 +13,12 @@
 //! Unlike the `toxiproxy_rust` crate, every call checks the status code and turns Toxiproxy's
 //! error body (`{"error": …, "status": …}`) into a [`ClientError`].
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use reqwest::Method;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::{Fault, FaultInfo, ProxyInfo, Toxic};
 
@@ -149,6 +150,12 @@ impl ToxiproxyClient {
         self.expect("/proxies", info)
     }
 
+    /// Every proxy, by name (`GET /proxies`).
+    pub async fn proxies(&self) -> Result<BTreeMap<String, ProxyInfo>, ClientError> {
+        let proxies = self.call(Method::GET, "/proxies", None).await?;
+        self.expect("/proxies", proxies)
+    }
+
     /// Reads a proxy (`GET /proxies/{name}`).
     pub async fn proxy(&self, name: &str) -> Result<ProxyInfo, ClientError> {
         let path = format!("/proxies/{name}");
@@ -178,6 +185,25 @@ impl ToxiproxyClient {
         let body = serde_json::to_value(toxic).expect("a toxic serialises");
         let created = self.call(Method::POST, &path, Some(body)).await?;
         self.expect(&path, created)
+    }
+
+    /// Updates a toxic (`POST /proxies/{name}/toxics/{toxic}`): each attribute given replaces
+    /// the old one, the others stay; `toxicity`, if given, replaces the old one. Name, type and
+    /// stream never change (remove the toxic and add another for that).
+    pub async fn update_toxic(
+        &self,
+        proxy: &str,
+        toxic: &str,
+        attributes: &Map<String, Value>,
+        toxicity: Option<f32>,
+    ) -> Result<Toxic, ClientError> {
+        let path = format!("/proxies/{proxy}/toxics/{toxic}");
+        let mut body = json!({"attributes": attributes});
+        if let Some(toxicity) = toxicity {
+            body["toxicity"] = json!(toxicity);
+        }
+        let updated = self.call(Method::POST, &path, Some(body)).await?;
+        self.expect(&path, updated)
     }
 
     /// Removes a toxic (`DELETE /proxies/{name}/toxics/{toxic}`).

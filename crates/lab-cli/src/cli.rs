@@ -160,6 +160,9 @@ pub enum Command {
         #[arg(long, value_name = "BASE", default_value_t = DEFAULT_PORT_BASE)]
         port_base: u16,
     },
+    /// Drive the fault proxies of a running `lab serve` (or any Toxiproxy) as toxiproxy-cli
+    /// does: list, inspect, toggle, toxic add|update|remove; and arm one-shot faults
+    Proxy(crate::commands::proxy::ProxyArgs),
 }
 
 /// What `lab run --export` writes.

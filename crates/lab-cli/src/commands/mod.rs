@@ -4,6 +4,7 @@ mod check;
 mod doctor;
 mod explain;
 mod list;
+pub mod proxy;
 mod run;
 mod serve;
 
@@ -37,6 +38,7 @@ pub async fn dispatch(cli: Cli) -> u8 {
         Command::Doctor => doctor::doctor(&cli.global).await,
         Command::Explain { names } => explain::explain(&cli.global, names).await,
         Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,
+        Command::Proxy(args) => proxy::proxy(&cli.global, args).await,
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut command, "lab", &mut std::io::stdout());
