@@ -8,16 +8,22 @@
 //!
 //! Facts: `reports_total` = 2, `task_status` = "completed", `task_attempts` = 2,
 //! `task_report_is_second` = true.
+//!
+//! Knob `idempotency_key` (off by default): both workers send the stable key `report-task-42`,
+//! the fix the `idempotent` scenario tells in full. Worker B's call is then answered with report
+//! 1, and the run ends with one report.
 
 use lab_core::Msg;
 
 use lab_services::reports;
 
 use super::{
-    REPORT_TYPE, TASK_ID, complete, count_reports, crash_after_post, post_report, show_reports,
+    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, crash_after_post, post_report, show_reports,
     report_service, worker_client,
 };
-use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{
+    Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
+};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 1,
@@ -27,23 +33,33 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&reports::SPEC],
         faults: FaultUse::None,
     },
-    knobs: &[],
+    knobs: &[Knob::Switch {
+        name: "idempotency_key",
+        default: false,
+    }],
     run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
 };
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     let api = report_service(ctx)?;
-    let (first, attempts_b) = crash_after_post(ctx, api, None, Msg::new("step.post_a")).await?;
+    // The broken design sends no key; the knob sends the stable one, and the texts say so.
+    let key = ctx.switch("idempotency_key")?.then_some(STABLE_KEY);
+    let told = |step: &str| match key {
+        Some(key) => Msg::new(format!("{step}_key")).arg("key", key),
+        None => Msg::new(step),
+    };
+    let (first, attempts_b) = crash_after_post(ctx, api, key, told("step.post_a")).await?;
     let first_id = first
         .created
         .ok_or_else(|| ScenarioError::Broken("worker A's POST created no report".into()))?
         .report_id;
 
-    n.predict("predict").await?;
-    n.step("step.post_b").await?;
+    n.predict(if key.is_some() { "predict_key" } else { "predict" })
+        .await?;
+    n.step(told("step.post_b")).await?;
     let client = worker_client(None)?;
-    let second = post_report(ctx, &client, api, "b", None, REPORT_TYPE).await?;
+    let second = post_report(ctx, &client, api, "b", key, REPORT_TYPE).await?;
     let second_id = second
         .created
         .ok_or_else(|| ScenarioError::Broken("worker B's POST created no report".into()))?
@@ -64,7 +80,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         task.report_id == Some(second_id) && second_id != first_id,
     );
     n.reveal(
-        Msg::new("reveal")
+        Msg::new(if key.is_some() { "reveal_key" } else { "reveal" })
             .arg("reports", reports)
             .arg("report_id", task.report_id.unwrap_or_default())
             .arg("orphan", first_id),
