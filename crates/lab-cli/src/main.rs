@@ -24,6 +24,7 @@ mod cli;
 mod commands;
 mod logging;
 mod session;
+mod words;
 
 use std::process::ExitCode;
 use std::time::Duration;

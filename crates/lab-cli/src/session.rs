@@ -27,6 +27,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::cli::{ColorArg, FormatArg, Global, LangArg, exit};
+use crate::words::t;
 
 /// A command's failure: what to print and which exit code to end with.
 #[derive(Debug)]
@@ -87,10 +88,9 @@ pub fn resolve(names: &[String]) -> Result<Vec<Entry>, Failure> {
         .map(|name| {
             lab_scenarios::find(name).ok_or_else(|| {
                 let known: Vec<&str> = lab_scenarios::CATALOGUE.iter().map(|s| s.name).collect();
-                Failure::usage(format!(
-                    "unknown scenario `{name}`; known: {}, or `all` (see `lab list`)",
-                    known.join(", ")
-                ))
+                Failure::usage(t(Msg::new("unknown_scenario")
+                    .arg("name", name)
+                    .arg("known", known.join(", "))))
             })
         })
         .collect()
@@ -104,11 +104,9 @@ pub fn settings(
 ) -> Result<std::collections::BTreeMap<String, String>, Failure> {
     let mut settings = std::collections::BTreeMap::new();
     for item in given {
-        let (name, value) = item.split_once('=').ok_or_else(|| {
-            Failure::usage(format!(
-                "--set takes NAME=VALUE, e.g. client_timeout_ms=2000, not `{item}`"
-            ))
-        })?;
+        let (name, value) = item
+            .split_once('=')
+            .ok_or_else(|| Failure::usage(t(Msg::new("set_syntax").arg("item", item))))?;
         let knob = scenarios
             .iter()
             .flat_map(|s| s.scenario.knobs)
@@ -119,9 +117,11 @@ pub fn settings(
                     .flat_map(|s| s.scenario.knobs.iter().map(|k| k.name()))
                     .collect();
                 Failure::usage(if known.is_empty() {
-                    format!("unknown knob `{name}`: the selected scenarios have none (`lab list --knobs`)")
+                    t(Msg::new("unknown_knob_none").arg("name", name))
                 } else {
-                    format!("unknown knob `{name}`; the selected scenarios have: {}", known.join(", "))
+                    t(Msg::new("unknown_knob")
+                        .arg("name", name)
+                        .arg("known", known.join(", ")))
                 })
             })?;
         let value = knob.parse(value).map_err(Failure::usage)?;
@@ -144,7 +144,7 @@ pub fn scenario_failure(e: ScenarioError) -> Failure {
     match e {
         ScenarioError::Broken(reason) => Failure {
             code: exit::DRIFT,
-            error: anyhow!("a scenario could not follow its script: {reason}"),
+            error: anyhow!(t(Msg::new("scenario_broken").arg("reason", reason))),
         },
         e @ ScenarioError::Undeclared { .. } => Failure {
             code: exit::DRIFT,
@@ -443,8 +443,8 @@ impl Session {
 pub fn report_leftovers(removed: &[std::path::PathBuf]) {
     for dir in removed {
         eprintln!(
-            "lab: removed {}, left behind by a lab that was killed",
-            dir.display()
+            "{}",
+            t(Msg::new("removed_leftover").arg("dir", dir.display().to_string()))
         );
     }
 }
@@ -460,17 +460,16 @@ pub fn toxiproxy_url(global: &Global) -> Result<Option<String>, Failure> {
         return Ok(None);
     };
     let bad = |reason: &str| {
-        Failure::usage(format!(
-            "invalid Toxiproxy URL `{given}`: {reason} (expected http://host:port, e.g. \
-             http://127.0.0.1:8474)"
-        ))
+        Failure::usage(t(Msg::new("toxiproxy_url")
+            .arg("url", given)
+            .arg("reason", reason)))
     };
     let parsed = url::Url::parse(given).map_err(|e| bad(&e.to_string()))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(bad("the scheme must be http or https"));
+        return Err(bad(&t("url_scheme")));
     }
     if parsed.host_str().is_none_or(str::is_empty) {
-        return Err(bad("there is no host"));
+        return Err(bad(&t("url_no_host")));
     }
     Ok(Some(given.trim_end_matches('/').to_string()))
 }
@@ -496,13 +495,13 @@ fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
 
 /// Says that lab was interrupted and everything is cleaned up; the exit code for it.
 pub fn interrupted(signal: Interrupt) -> u8 {
-    eprintln!("lab: interrupted; servers and temporary files are cleaned up");
+    eprintln!("{}", t("interrupted"));
     signal.exit_code()
 }
 
 /// Says that the learner stopped step mode and everything is cleaned up; the exit code for it
 /// (the same as Ctrl-C: the run did not get to its facts).
 pub fn quit() -> u8 {
-    eprintln!("lab: stopped; servers and temporary files are cleaned up");
+    eprintln!("{}", t("stopped"));
     exit::INTERRUPTED
 }

@@ -40,7 +40,7 @@ use idem::{
     Coordinator, EventKind, InFlight, Policy, Request, Source, Stage, StorageCause, StorageError,
     Unprotected,
 };
-use lab_core::{Checkpoints, Msg};
+use lab_core::{Arg, Checkpoints, Msg};
 use lab_infra::Needs;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -244,15 +244,20 @@ type Heard = Arc<Mutex<Vec<Msg>>>;
 
 /// A client key as the narration shows it: an empty one as `""`, a long one shortened (the
 /// keys a scenario sends on purpose to be refused are long).
-pub fn shown_key(key: &str) -> String {
+pub fn shown_key(key: &str) -> Arg {
     const LONGEST_SHOWN: usize = 32;
     if key.is_empty() {
-        "\"\"".to_string()
+        Arg::from("\"\"")
     } else if key.chars().count() > LONGEST_SHOWN {
         let start: String = key.chars().take(8).collect();
-        format!("{start}… ({} characters)", key.chars().count())
+        // "kkkkkkkk… (256 characters)", in the narrative's language.
+        Arg::from(
+            Msg::new("key.shortened")
+                .arg("start", start)
+                .arg("length", key.chars().count()),
+        )
     } else {
-        key.to_string()
+        Arg::from(key)
     }
 }
 

@@ -12,6 +12,8 @@ use serde_json::json;
 
 use crate::cli::{FormatArg, Global, exit};
 use crate::session::{self, Failure};
+use crate::words::t;
+use lab_core::Msg;
 
 /// What doctor found about one component: what would be used, or why it cannot be.
 type Finding = Result<String, String>;
@@ -22,17 +24,15 @@ async fn check_given(options: &ServerOptions, needs: Needs) -> Finding {
         .await
         .map_err(|e| e.to_string())?;
     let found = if let Some(pg) = &servers.postgres {
-        format!(
-            "given: {} (PostgreSQL {})",
-            lab_infra::url::redact(&pg.url),
-            pg.version
-        )
+        t(Msg::new("doctor.given")
+            .arg("url", lab_infra::url::redact(&pg.url))
+            .arg("server", "PostgreSQL")
+            .arg("version", pg.version.as_str()))
     } else if let Some(r) = &servers.redis {
-        format!(
-            "given: {} (Redis {})",
-            lab_infra::url::redact(&r.url),
-            r.version
-        )
+        t(Msg::new("doctor.given")
+            .arg("url", lab_infra::url::redact(&r.url))
+            .arg("server", "Redis")
+            .arg("version", r.version.as_str()))
     } else {
         String::new()
     };
@@ -45,7 +45,7 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
     let removed = lab_infra::leftovers::sweep_async().await;
     let files = match lab_scenarios::library::scenarios_dir() {
         Some(dir) => dir.display().to_string(),
-        None => "built into this lab".to_string(),
+        None => t("doctor.builtin_files"),
     };
     let options = ServerOptions::new(global.database_url.clone(), global.redis_url.clone());
     let Plan {
@@ -67,11 +67,16 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
         redis = check_given(&options, only).await;
     }
     let toxiproxy: Finding = match &session::toxiproxy_url(global)? {
-        None => Ok("embedded (in-process, one per scenario run that breaks a hop)".to_string()),
+        None => Ok(t("doctor.embedded_proxy")),
         Some(url) => ToxiproxyClient::new(url)
             .version()
             .await
-            .map(|v| format!("given: {url} (Toxiproxy {v})"))
+            .map(|v| {
+                t(Msg::new("doctor.given")
+                    .arg("url", url.as_str())
+                    .arg("server", "Toxiproxy")
+                    .arg("version", v))
+            })
             .map_err(|e| e.to_string()),
     };
 
@@ -92,16 +97,12 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
         }
         if !requires.services.is_empty() {
             let names: Vec<&str> = requires.services.iter().map(|s| s.name).collect();
-            parts.push(format!("services: {}", names.join(", ")));
+            parts.push(t(Msg::new("doctor.services").arg("names", names.join(", "))));
         }
         match requires.faults {
             FaultUse::None => {}
-            FaultUse::Toxics(_) => {
-                parts.push("fault proxy (toxics: a given Toxiproxy works too)".to_string())
-            }
-            FaultUse::OneShot(_) => {
-                parts.push("fault proxy (one-shot faults: embedded only)".to_string())
-            }
+            FaultUse::Toxics(_) => parts.push(t("doctor.toxics")),
+            FaultUse::OneShot(_) => parts.push(t("doctor.one_shot")),
         }
         parts
     };
@@ -130,34 +131,33 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
             );
         }
         FormatArg::Text | FormatArg::Junit => {
+            let (ok, missing) = (t("doctor.ok"), t("doctor.missing"));
             let line = |name: &str, state: &Finding, needed: bool| match state {
-                Ok(s) => say!("  ok       {name:<11} {s}"),
-                Err(e) if needed => say!("  MISSING  {name:<11} {e}"),
-                Err(e) => say!("  -        {name:<11} {e} (no scenario needs it yet)"),
+                Ok(s) => say!("  {ok:<8} {name:<11} {s}"),
+                Err(e) if needed => say!("  {missing:<8} {name:<11} {e}"),
+                Err(e) => say!("  {:<8} {name:<11} {e} {}", "-", t("doctor.unneeded")),
             };
             say!("lab doctor");
             line("PostgreSQL", &postgres, needs.postgres);
             line("Redis", &redis, needs.redis);
             line("Toxiproxy", &toxiproxy, true);
-            say!("  ok       {:<11} {files}", "scenarios");
+            say!("  {ok:<8} {:<11} {files}", t("doctor.files"));
             for dir in &removed {
                 say!(
-                    "  removed  {:<11} {} (left behind by a lab that was killed)",
-                    "temp dir",
-                    dir.display()
+                    "  {:<8} {:<11} {}",
+                    t("doctor.removed"),
+                    t("doctor.temp_dir"),
+                    t(Msg::new("doctor.left_behind").arg("dir", dir.display().to_string()))
                 );
             }
             say!();
-            say!("Scenarios and what they need:");
+            say!("{}", t("doctor.needs"));
             for s in &all {
                 say!("  {:<12} {}", s.name, scenario_needs(s).join(", "));
             }
             if !usable {
                 say!();
-                say!(
-                    "Missing servers: install postgresql and redis-server, pass --database-url/--redis-url, \
-                     or run `docker compose up -d` and use the URLs from the README."
-                );
+                say!("{}", t("doctor.hint"));
             }
         }
     }

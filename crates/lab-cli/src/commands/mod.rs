@@ -10,15 +10,15 @@ mod serve;
 
 use crate::cli::{Cli, Command};
 use crate::session::Failure;
+use crate::words::t;
 
 /// Runs the command and turns any failure into one line on stderr and its exit code.
 pub async fn dispatch(cli: Cli) -> u8 {
+    crate::words::init(crate::session::lang(&cli.global));
     let junit_elsewhere = cli.global.format == crate::cli::FormatArg::Junit
         && !matches!(cli.command, Command::Check { .. });
     let result = match &cli.command {
-        _ if junit_elsewhere => Err(Failure::usage(
-            "--format junit is for `lab check` (one test case per scenario and language)",
-        )),
+        _ if junit_elsewhere => Err(Failure::usage(t("junit_elsewhere"))),
         Command::List { knobs } => list::list(&cli.global, *knobs),
         Command::Run {
             names,
@@ -48,7 +48,7 @@ pub async fn dispatch(cli: Cli) -> u8 {
     match result {
         Ok(code) => code,
         Err(Failure { code, error }) => {
-            eprintln!("lab: error: {}", one_line(&error));
+            eprintln!("{} {}", t("error_prefix"), one_line(&error));
             code
         }
     }

@@ -27,6 +27,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::cli::{Global, exit};
 use crate::session::{Failure, Guarded, Mode, Session};
+use crate::words::t;
+use lab_core::Msg;
 
 /// Where the API, each service's proxy and each service listen.
 struct Plan {
@@ -41,10 +43,9 @@ impl Plan {
         let last = 20 + ALL.len() as u16 - 1;
         let at = |offset: u16| {
             base.checked_add(offset).ok_or_else(|| {
-                Failure::usage(format!(
-                    "--port-base {base} is too high (max {})",
-                    u16::MAX - last
-                ))
+                Failure::usage(t(Msg::new("serve.port_base")
+                    .arg("base", base)
+                    .arg("max", u16::MAX - last)))
             })
         };
         at(last)?;
@@ -61,13 +62,14 @@ impl Plan {
     }
 }
 
-/// Binds a loopback port, or explains that it is taken.
-async fn bind(port: u16, what: &str) -> Result<TcpListener, Failure> {
+/// Binds a loopback port, or explains that it is taken. `what` is told in the learner's
+/// language.
+async fn bind(port: u16, what: Msg) -> Result<TcpListener, Failure> {
     TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
-        Failure::environment(anyhow::anyhow!(
-            "cannot listen on 127.0.0.1:{port} for {what}: {e}; stop whatever uses it, or move \
-             every port with --port-base"
-        ))
+        Failure::environment(anyhow::anyhow!(t(Msg::new("serve.cannot_listen")
+            .arg("port", port)
+            .arg("what", t(what))
+            .arg("error", e.to_string()))))
     })
 }
 
@@ -80,45 +82,71 @@ struct Bound {
 }
 
 async fn bind_all(plan: &Plan) -> Result<Bound, Failure> {
-    let api = bind(plan.api, "the Toxiproxy API").await?;
-    drop(bind(plan.redis_hop, "the Redis proxy").await?);
+    let api = bind(plan.api, Msg::new("serve.for_api")).await?;
+    drop(bind(plan.redis_hop, Msg::new("serve.for_redis_proxy")).await?);
     let mut direct = BTreeMap::new();
     for (spec, proxy, own) in &plan.services {
-        let listener = bind(*own, &format!("the {} service", spec.name)).await?;
-        drop(bind(*proxy, &format!("the {} service's proxy", spec.name)).await?);
+        let listener = bind(*own, Msg::new("serve.for_service").arg("name", spec.name)).await?;
+        let proxy_of = Msg::new("serve.for_service_proxy").arg("name", spec.name);
+        drop(bind(*proxy, proxy_of).await?);
         direct.insert(spec.name, (listener, format!("127.0.0.1:{proxy}")));
     }
     Ok(Bound { api, direct })
 }
 
+/// A service's demo with its comments in the learner's language: the k-th comment line is
+/// replaced by the k-th entry of `cli.serve.demo.<service>` (the commands stay as written).
+fn localized_demo(service: &str, demo: &str) -> String {
+    let comments = crate::words::list(&format!("serve.demo.{service}"));
+    let mut next = comments.iter();
+    demo.lines()
+        .map(|line| match line.trim_start().strip_prefix("# ") {
+            Some(original) => {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                format!("{indent}# {}", next.next().map_or(original, String::as_str))
+            }
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn print_endpoints(plan: &Plan, servers: &Servers, space: &RunSpace, stage: &Stage) {
     let api = format!("http://127.0.0.1:{}", plan.api);
-    say!("lab serve: the bundled services on 127.0.0.1 (Ctrl-C stops everything)");
+    say!("{}", t("serve.title"));
     say!();
-    say!("  service          through the fault proxy      direct");
+    say!(
+        "  {:<16} {:<28} {}",
+        t("serve.service"),
+        t("serve.proxied"),
+        t("serve.direct")
+    );
     for handle in stage.services() {
         say!(
             "  {:<16} {:<28} http://{}",
-            handle.spec.title,
+            crate::words::service(handle.spec.name),
             handle.url,
             handle.direct
         );
     }
-    say!("  {:<16} {api}", "Toxiproxy API");
+    say!("  {:<16} {api}", t("serve.api"));
     for handle in stage.services() {
         if let Some(hop) = handle.hop {
             say!(
-                "  {:<16} proxy \"{}\": {hop} → {}",
+                "  {:<16} {}",
                 "",
-                handle.spec.name,
-                handle.direct
+                t(Msg::new("serve.proxy")
+                    .arg("name", handle.spec.name)
+                    .arg("hop", hop.to_string())
+                    .arg("direct", handle.direct.to_string()))
             );
         }
     }
     if let Some(hop) = stage.redis_hop() {
         say!(
-            "  {:<16} proxy \"redis\": {hop} → the services' Redis (cut it to see fail-open)",
-            ""
+            "  {:<16} {}",
+            "",
+            t(Msg::new("serve.redis_proxy").arg("hop", hop.to_string()))
         );
     }
     if let Some(url) = &space.pg_url {
@@ -126,18 +154,20 @@ fn print_endpoints(plan: &Plan, servers: &Servers, space: &RunSpace, stage: &Sta
     }
     if let Some(redis) = &servers.redis {
         let origin = match redis.origin {
-            Origin::Given => "given",
-            Origin::Throwaway => "throwaway",
+            Origin::Given => t("serve.given"),
+            Origin::Throwaway => t("serve.throwaway"),
         };
         say!(
-            "  {:<16} {} ({origin}; keys of this session: {}*)",
+            "  {:<16} {}",
             "Redis",
-            redis.url,
-            space.prefix
+            t(Msg::new("serve.redis")
+                .arg("url", redis.url.as_str())
+                .arg("origin", origin)
+                .arg("prefix", space.prefix.as_str()))
         );
     }
     say!();
-    say!("Try:");
+    say!("{}", t("serve.try"));
     for handle in stage.services() {
         let demo = handle
             .spec
@@ -145,7 +175,7 @@ fn print_endpoints(plan: &Plan, servers: &Servers, space: &RunSpace, stage: &Sta
             .replace("{url}", &handle.url)
             .replace("{direct}", &format!("http://{}", handle.direct))
             .replace("{api}", &api);
-        say!("{demo}");
+        say!("{}", localized_demo(handle.spec.name, &demo));
     }
     say!();
 }
@@ -191,7 +221,7 @@ pub async fn serve(global: &Global, port_base: u16) -> Result<u8, Failure> {
     let _ = space.release(&servers, session.config.keep).await;
     session.close(servers).await;
     outcome?;
-    eprintln!("lab serve: stopped; services, schema and throwaway servers are gone");
+    eprintln!("{}", t("serve.stopped"));
     Ok(exit::OK)
 }
 
@@ -228,4 +258,37 @@ async fn start_services(
         .map_err(|e| Failure::environment(anyhow::anyhow!("cannot start the services: {e}")))?;
     print_endpoints(plan, servers, space, &stage);
     Ok((stage, faults))
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_core::Lang;
+    use lab_core::text::COMMON;
+
+    /// Each comment of a service's demo has its translation, in order: a comment added to the
+    /// code without one would be shown in English in a Russian banner.
+    #[test]
+    fn every_demo_comment_has_its_words_in_both_languages() {
+        let texts = lab_scenarios::Library::load()
+            .expect("the scenario files")
+            .texts;
+        for spec in lab_services::ALL {
+            let in_code = spec
+                .demo
+                .lines()
+                .filter(|l| l.trim_start().starts_with("# "))
+                .count();
+            for lang in Lang::ALL {
+                let words = texts.list(COMMON, lang, &format!("cli.serve.demo.{}", spec.name));
+                assert_eq!(
+                    words.len(),
+                    in_code,
+                    "cli.serve.demo.{} in {}: {} comments in the code",
+                    spec.name,
+                    lang.code(),
+                    in_code
+                );
+            }
+        }
+    }
 }

@@ -163,7 +163,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
             uuid::Uuid::parse_str(&job.tenant_id),
             uuid::Uuid::parse_str(&job.order_id),
         ) else {
-            return self.reject(delivery, "the job's ids are not UUIDs").await;
+            return self.reject(delivery, "ids_not_uuids").await;
         };
         let operation = format!("mail.invoice.{}", tenant.simple());
         let key = format!("{}.v{}", order.simple(), job.invoice_version);
@@ -213,14 +213,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
                 self.tell(Msg::new("invoices.in_progress")).await;
                 Handled::InProgress
             }
-            Err(idem::Error::KeyReused { .. }) => {
-                self.reject(
-                    delivery,
-                    "this invoice version was sent to another recipient",
-                )
-                .await
-            }
-            Err(idem::Error::Invalid(why)) => self.reject(delivery, &why.to_string()).await,
+            Err(idem::Error::KeyReused { .. }) => self.reject(delivery, "recipient_changed").await,
+            Err(idem::Error::Invalid(_)) => self.reject(delivery, "invalid_key").await,
             Err(_) => {
                 self.tell(Msg::new("invoices.failed")).await;
                 Handled::Failed
@@ -228,6 +222,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
         }
     }
 
+    /// Moves the job to the dead-letter stream with a reason code (a code, not a sentence: it is
+    /// data, read by people in any language and by tools).
     async fn reject(&self, delivery: &Delivery, reason: &str) -> Handled {
         match self.queue.dead_letter(delivery, reason).await {
             Ok(()) => {

@@ -126,11 +126,19 @@ pub async fn send_post(
             } else {
                 Outcome::Fail
             };
+            // A refusal is shown by its error code: the service's message is English prose,
+            // and the narrative tells what it means in the learner's language.
+            let shown = match serde_json::from_str::<serde_json::Value>(&raw) {
+                Ok(body) if outcome == Outcome::Fail && body["error"].is_string() => {
+                    serde_json::json!({"error": body["error"]}).to_string()
+                }
+                _ => raw.clone(),
+            };
             Ok(PostResult {
                 outcome,
                 status: Some(status),
                 created: serde_json::from_str::<ReportCreated>(&raw).ok(),
-                body: Some(raw),
+                body: Some(shown),
                 detail: None,
             })
         }
