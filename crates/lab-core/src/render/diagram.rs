@@ -6,6 +6,10 @@
 //! slides, docs and `--artifacts`); [`swimlanes`] draws the same as lanes in a terminal
 //! (`--diagram`), one per participant.
 //!
+//! The SQL statements and Redis commands a run executed ([`Event::Executed`]) are arrows too,
+//! into a lane of their own: our database (the scenario's own tables), each service's database,
+//! Redis. So `timeout` reads request → INSERT → COMMIT → the client gives up.
+//!
 //! The relays of the chain report their calls as service messages (`relay.calling`,
 //! `relay.answered`, `relay.retrying_*`); their arguments name the service called, which is how
 //! those become arrows too.
@@ -13,7 +17,7 @@
 use std::fmt::Write as _;
 
 use crate::text::{Arg, COMMON};
-use crate::{Event, Lang, Msg, Outcome, Texts};
+use crate::{Event, Executed, Lang, Msg, Outcome, Server, Texts};
 
 /// One thing in the picture.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,10 +70,60 @@ fn next_service(msg: &Msg) -> Option<String> {
         })
 }
 
+/// A statement or command as an arrow's label: what it did to what, and the server's answer
+/// (`INSERT INTO reports → INSERT 0 1`, `SET …:K1 … NX GET PX 30000 → (nil)`).
+fn executed_label(executed: &Executed) -> String {
+    const LONGEST: usize = 48;
+    let cut = |text: &str| -> String {
+        if text.chars().count() > LONGEST {
+            format!("{}…", text.chars().take(LONGEST).collect::<String>())
+        } else {
+            text.to_string()
+        }
+    };
+    let words: Vec<&str> = executed.text.split_whitespace().collect();
+    let upper = |i: usize| words.get(i).map(|w| w.to_ascii_uppercase());
+    let what = match executed.server {
+        Server::Postgres => match upper(0).as_deref() {
+            Some("INSERT") | Some("DELETE") => {
+                words.iter().take(3).copied().collect::<Vec<_>>().join(" ")
+            }
+            Some("UPDATE") => words.iter().take(2).copied().collect::<Vec<_>>().join(" "),
+            Some("SELECT") | Some("WITH") => {
+                match words.iter().position(|w| w.eq_ignore_ascii_case("FROM")) {
+                    Some(from) => format!("SELECT … FROM {}", words.get(from + 1).unwrap_or(&"")),
+                    None => cut(&executed.text),
+                }
+            }
+            _ => cut(&executed.text),
+        },
+        // The run's key prefix (`lab:1a2b3c4d:`) says nothing about the story.
+        Server::Redis => cut(&executed
+            .text
+            .split_whitespace()
+            .map(|w| match w.find("lab:") {
+                Some(0) | Some(1) => w
+                    .splitn(3, ':')
+                    .nth(2)
+                    .map_or(w.to_string(), |rest| format!("…:{rest}")),
+                _ => w.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")),
+    };
+    if executed.result.is_empty() || executed.result == what {
+        what
+    } else {
+        format!("{what} → {}", cut(&executed.result))
+    }
+}
+
 /// Reads the events of one scenario run into a picture, in `lang`.
 pub fn calls(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
     let mut picture = Picture::default();
     let mut scope = COMMON.to_string();
+    // The databases and Redis: drawn to the right of everyone who talks to them.
+    let mut stores: Vec<usize> = Vec::new();
     // Open requests: (caller, callee), the most recent last.
     let mut open: Vec<(usize, usize)> = Vec::new();
     let label = |texts: &Texts, scope: &str, key: &str| texts.render(scope, lang, &Msg::new(key));
@@ -127,6 +181,32 @@ pub fn calls(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
                     label,
                 });
             }
+            Event::Executed(executed) => {
+                let from = match &executed.by {
+                    Some(service) => label(texts, &scope, &format!("service.{service}")),
+                    None => label(texts, &scope, "lane.ours"),
+                };
+                let store = match (&executed.server, &executed.by) {
+                    (Server::Redis, _) => "Redis".to_string(),
+                    (Server::Postgres, None) => label(texts, &scope, "lane.our_db"),
+                    (Server::Postgres, Some(service)) => texts.render(
+                        &scope,
+                        lang,
+                        &Msg::new("lane.service_db")
+                            .arg("service", Msg::new(format!("service.{service}"))),
+                    ),
+                };
+                let from = picture.participant(from);
+                let to = picture.participant(store);
+                if !stores.contains(&to) {
+                    stores.push(to);
+                }
+                picture.marks.push(Mark::Call {
+                    from,
+                    to,
+                    label: executed_label(executed),
+                });
+            }
             Event::Service { service, text } => {
                 let at = picture.participant(label(texts, &scope, &format!("service.{service}")));
                 let told = texts.render(&scope, lang, text);
@@ -158,7 +238,50 @@ pub fn calls(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
             _ => {}
         }
     }
-    picture
+    stores_last(picture, &stores)
+}
+
+/// Moves the store lanes to the right, keeping every other lane's order.
+fn stores_last(picture: Picture, stores: &[usize]) -> Picture {
+    let order: Vec<usize> = (0..picture.participants.len())
+        .filter(|i| !stores.contains(i))
+        .chain((0..picture.participants.len()).filter(|i| stores.contains(i)))
+        .collect();
+    let new_index = |old: usize| order.iter().position(|&i| i == old).unwrap_or(old);
+    let marks = picture
+        .marks
+        .into_iter()
+        .map(|mark| match mark {
+            Mark::Call { from, to, label } => Mark::Call {
+                from: new_index(from),
+                to: new_index(to),
+                label,
+            },
+            Mark::Answer {
+                from,
+                to,
+                outcome,
+                label,
+            } => Mark::Answer {
+                from: new_index(from),
+                to: new_index(to),
+                outcome,
+                label,
+            },
+            Mark::Note { at, text } => Mark::Note {
+                at: new_index(at),
+                text,
+            },
+            step @ Mark::Step { .. } => step,
+        })
+        .collect();
+    Picture {
+        participants: order
+            .iter()
+            .map(|&i| picture.participants[i].clone())
+            .collect(),
+        marks,
+    }
 }
 
 /// Mermaid text must not break its own syntax: no line breaks, no `;` (a statement separator).
