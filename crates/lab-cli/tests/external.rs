@@ -71,6 +71,30 @@ async fn runs_on_given_servers_and_leaves_nothing_behind() {
         "a run schema or key was left behind"
     );
 
+    // --log on a URL with a password: the lines tie the ids together, and the password is
+    // nowhere in them.
+    let out = tokio::task::spawn_blocking(|| {
+        lab(&["run", "duplicate", "--log", "--color", "never"])
+            .env("DATABASE_URL", database_url())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_code(&out, 0);
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(log.contains("report created"), "{log}");
+    if let Some(password) =
+        url::Url::parse(&database_url().replace("postgresql+psycopg", "postgresql"))
+            .ok()
+            .and_then(|u| u.password().map(str::to_string))
+    {
+        assert!(
+            !log.contains(&format!(":{password}@")),
+            "a password in the log: {log}"
+        );
+    }
+
     // The same with --keep: the schema stays, and lab says how to look at it.
     let out = tokio::task::spawn_blocking(|| {
         lab(&["run", "duplicate", "--keep"])
