@@ -3,7 +3,8 @@
 //! axum's own `Json` extractor answers malformed bodies with plain text. Ours answers with the
 //! same JSON shape as every other error, `{"error": "<code>", "message": "<for people>"}`, and
 //! a 4xx status: 400 for a body that is not JSON, 415 without a JSON content type, 422 for JSON
-//! of the wrong shape (a missing field, a string where a number belongs).
+//! of the wrong shape (a missing field, a string where a number belongs, a field given twice, an
+//! array instead of an object).
 
 use axum::Json;
 use axum::extract::{FromRequest, Request};
@@ -61,7 +62,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A JSON request body whose rejections are [`ApiError`]s.
+/// A JSON object in the request body, whose rejections are [`ApiError`]s.
 pub struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
@@ -88,16 +89,33 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
             .map_err(|e| ApiError::client(e.status(), "unreadable_body", e.body_text()))?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-            ApiError::bad_request("invalid_json", format!("the body is not JSON: {e}"))
+        // Straight into `T`, not through a `serde_json::Value`: a `Value` keeps the last of two
+        // fields with one name, so `{"amount": 1, "amount": 9}` would pass as 9 while a proxy
+        // or log in front of us reads 1. Deserializing the struct itself refuses the duplicate.
+        let value = serde_json::from_slice(&bytes).map_err(|e| {
+            use serde_json::error::Category;
+            match e.classify() {
+                // Valid JSON of the wrong shape: a missing, unknown, repeated or mistyped field.
+                Category::Data => ApiError::client(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_request",
+                    format!("the JSON does not have the expected fields: {e}"),
+                ),
+                Category::Syntax | Category::Eof | Category::Io => {
+                    ApiError::bad_request("invalid_json", format!("the body is not JSON: {e}"))
+                }
+            }
         })?;
-        serde_json::from_value(value).map(JsonBody).map_err(|e| {
-            ApiError::client(
+        // serde also fills a struct from an array of its values in field order (`[42,
+        // "monthly"]`), a form no client of ours means to send: a body is a JSON object.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::client(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_request",
-                format!("the JSON does not have the expected fields: {e}"),
-            )
-        })
+                "the body must be a JSON object",
+            ));
+        }
+        Ok(JsonBody(value))
     }
 }
 
@@ -161,6 +179,68 @@ mod tests {
         let (status, body) = call(vec![b' '; 3 * 1024 * 1024]).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(body["error"], "unreadable_body");
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)] // read by serde only
+    struct Amount {
+        amount: i64,
+    }
+
+    async fn amount(JsonBody(amount): JsonBody<Amount>) -> Json<serde_json::Value> {
+        Json(json!({"amount": amount.amount}))
+    }
+
+    /// Found by tests/hostile.rs in lab-scenarios: through a `serde_json::Value`, the second of
+    /// two fields with one name won silently (and a report, a charge or an email was made).
+    #[tokio::test]
+    async fn a_field_given_twice_is_422() {
+        let request = Request::post("/")
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"amount": 1, "amount": 9}"#))
+            .unwrap();
+        let response = Router::new()
+            .route("/", post(amount))
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["error"], "invalid_request");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("duplicate field"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_that_is_not_json_is_400_and_one_of_the_wrong_shape_422() {
+        for (body, status) in [
+            ("{\"amount\": ", StatusCode::BAD_REQUEST),
+            ("{\"amount\": 1e400}", StatusCode::BAD_REQUEST),
+            ("{\"amount\": 1} x", StatusCode::BAD_REQUEST),
+            ("{\"amount\": \"1\"}", StatusCode::UNPROCESSABLE_ENTITY),
+            // serde would fill the struct from the array `[1]`: refused, a body is an object.
+            ("[1]", StatusCode::UNPROCESSABLE_ENTITY),
+            ("\"1\"", StatusCode::UNPROCESSABLE_ENTITY),
+        ] {
+            let request = Request::post("/")
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .unwrap();
+            let response = Router::new()
+                .route("/", post(amount))
+                .oneshot(request)
+                .await
+                .unwrap();
+            assert_eq!(response.status(), status, "{body}");
+        }
     }
 
     #[tokio::test]
