@@ -94,8 +94,11 @@ const DEMO: &str = r#"  # pay, then pay again with the same key: one charge, the
   curl -s -X POST {api}/proxies/redis -d '{"enabled":false}'
   curl -s -X PUT {direct}/config -H 'Content-Type: application/json' -d '{"policy":"hardened"}'"#;
 
-/// A payment command, as the service receives it after authentication.
+/// A payment command, as the service receives it after authentication. An unknown field is
+/// refused (422): the fingerprint covers the fields below only, so a client's `"capture": false`
+/// would be ignored and a retry with another value replayed as the same payment.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct Payment {
     pub tenant_id: String,
     pub order_id: String,

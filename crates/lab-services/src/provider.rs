@@ -72,8 +72,9 @@ const DEMO: &str = r#"  # charge twice with one key: two charges, until the prov
 /// The longest key the provider accepts.
 pub const MAX_KEY_LEN: usize = 512;
 
-/// A charge request.
+/// A charge request. An unknown field is refused (422), as real providers do.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ChargeRequest {
     pub order_id: String,
     /// Positive, in minor units (kopecks).

@@ -118,8 +118,10 @@ pub struct ReportService {
     tasks: TaskTracker,
 }
 
-/// The request body of `POST /reports`.
+/// The request body of `POST /reports`. An unknown field is refused (422), not ignored: a client
+/// that sends one believes it means something, and the report would silently not have it.
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct CreateReport {
     pub task_id: i64,
     pub report_type: String,

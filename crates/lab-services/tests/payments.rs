@@ -250,6 +250,11 @@ async fn malformed_requests_get_a_4xx_with_a_json_body_and_charge_nothing() {
             422,
         ),
         (json!({"tenant_id": TENANT, "order_id": ORDER}), 422),
+        // Found by the hostile-input property test: an unknown field was ignored, and charged.
+        (
+            json!({"tenant_id": TENANT, "order_id": ORDER, "amount": 1, "currency": "RUB", "tip": 5}),
+            422,
+        ),
         (json!([1, 2, 3]), 422),
     ];
     for (body, status) in cases {

@@ -100,6 +100,11 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
             422,
         ),
         (json!({"amount": 5}), 422),
+        // Found by the hostile-input property test: an unknown field was ignored, and charged.
+        (
+            json!({"order_id": "o", "amount": 5, "currency": "RUB", "capture": false}),
+            422,
+        ),
     ];
     for (body, status) in cases {
         let response = http

@@ -211,6 +211,14 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_request",
         ),
+        // Found by the hostile-input property test: an unknown field was ignored, and stored.
+        (
+            f.client
+                .post(f.url("/reports"))
+                .json(&json!({"task_id": 42, "report_type": "monthly", "format": "pdf"})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
         (
             f.client
                 .post(f.url("/reports"))
