@@ -1,4 +1,5 @@
-//! What every bundled service shares: a JSON error type and a JSON body extractor.
+//! What every bundled service shares: a JSON error type, and extractors (body, query, path)
+//! whose rejections are that type.
 //!
 //! axum's own `Json` extractor answers malformed bodies with plain text. Ours answers with the
 //! same JSON shape as every other error, `{"error": "<code>", "message": "<for people>"}`, and
@@ -7,7 +8,8 @@
 //! array instead of an object).
 
 use axum::Json;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
@@ -116,6 +118,36 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             ));
         }
         Ok(JsonBody(value))
+    }
+}
+
+/// Query parameters whose rejection is an [`ApiError`] (400 `invalid_query`); axum's own
+/// `Query` answers in plain text.
+pub struct QueryParams<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(params)| QueryParams(params))
+            .map_err(|e| ApiError::client(e.status(), "invalid_query", e.body_text()))
+    }
+}
+
+/// Path parameters whose rejection (a segment that is not UTF-8 once percent-decoded) is an
+/// [`ApiError`] (400 `invalid_path`); axum's own `Path` answers in plain text.
+pub struct PathParams<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(params)| PathParams(params))
+            .map_err(|e| ApiError::client(e.status(), "invalid_path", e.body_text()))
     }
 }
 

@@ -24,7 +24,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -35,7 +35,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
+use crate::api::{ApiError, JsonBody, QueryParams, method_not_allowed, not_found};
 use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
 
 /// The service's name: in narration, and the name of its fault-proxy hop.
@@ -232,7 +232,7 @@ struct ChargesQuery {
 /// `GET /charges[?key=K]`: the provider's own view, which the lab reads its facts from.
 async fn list_charges(
     State(provider): State<Provider>,
-    Query(query): Query<ChargesQuery>,
+    QueryParams(query): QueryParams<ChargesQuery>,
 ) -> Json<serde_json::Value> {
     let charges: Vec<Charge> = provider
         .charges

@@ -21,7 +21,7 @@
 //! Other endpoints: `GET /reports` (count and rows: the service's own view, used for facts),
 //! `GET /reports/{id}`, `GET /health`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -34,7 +34,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
+use crate::api::{ApiError, JsonBody, PathParams, method_not_allowed, not_found};
 use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
 
 /// The report service, as the lab starts it.
@@ -426,7 +426,7 @@ async fn list_reports(State(service): State<ReportService>) -> Result<Response, 
 /// `GET /reports/{id}`.
 async fn get_report(
     State(service): State<ReportService>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     let id: i64 = id
         .parse()

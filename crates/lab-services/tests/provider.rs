@@ -132,6 +132,15 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
         .await
         .unwrap();
     assert_eq!(bad_config.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // Found by the hostile-input property test: axum's query rejection was plain text.
+    let twice = http
+        .get(format!("{url}/charges?key=a&key=b"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), StatusCode::BAD_REQUEST);
+    let error: Value = twice.json().await.expect("a JSON error body");
+    assert_eq!(error["error"], "invalid_query");
     let wrong_method = http.delete(format!("{url}/charges")).send().await.unwrap();
     assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(count(&http, &url, "").await, 0, "no charge from bad input");

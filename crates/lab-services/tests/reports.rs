@@ -254,6 +254,13 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
             StatusCode::BAD_REQUEST,
             "invalid_id",
         ),
+        // Found by the hostile-input property test: a segment that is not UTF-8 once decoded
+        // got axum's plain-text rejection.
+        (
+            f.client.get(f.url("/reports/%FF")),
+            StatusCode::BAD_REQUEST,
+            "invalid_path",
+        ),
         (
             f.client.get(f.url("/reports/999")),
             StatusCode::NOT_FOUND,
