@@ -10,7 +10,7 @@
 use axum::Json;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -118,6 +118,25 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             ));
         }
         Ok(JsonBody(value))
+    }
+}
+
+/// The `Idempotency-Key` header as sent, if there is one: printable ASCII only.
+///
+/// HTTP lets a header value carry tabs and bytes over 0x7F; `HeaderValue::to_str` refuses the
+/// latter but lets a tab through. A key is printable ASCII (the IETF draft sends it as a
+/// structured-field string, `%x20-7E`), so a tab is refused here rather than stored in a table,
+/// in Redis and in the narration. Trimming and the length and `:` rules stay each service's.
+pub fn key_header(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(raw) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    match raw.to_str() {
+        Ok(key) if !key.contains(|c: char| c.is_ascii_control()) => Ok(Some(key)),
+        _ => Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key must be printable ASCII, without control characters",
+        )),
     }
 }
 

@@ -346,18 +346,14 @@ fn validate(payment: &Payment) -> Result<(uuid::Uuid, uuid::Uuid), ApiError> {
 
 /// The client's key, exactly as sent (the coordinator trims and validates it).
 fn client_key(headers: &HeaderMap) -> Result<String, ApiError> {
-    let raw = headers.get("idempotency-key").ok_or_else(|| {
-        ApiError::bad_request(
-            "missing_idempotency_key",
-            "a payment needs an Idempotency-Key: one per payment, the same on every retry",
-        )
-    })?;
-    raw.to_str().map(str::to_string).map_err(|_| {
-        ApiError::bad_request(
-            "invalid_idempotency_key",
-            "Idempotency-Key must be visible ASCII",
-        )
-    })
+    crate::api::key_header(headers)?
+        .map(str::to_string)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "missing_idempotency_key",
+                "a payment needs an Idempotency-Key: one per payment, the same on every retry",
+            )
+        })
 }
 
 /// `POST /payments`: charge once per key.

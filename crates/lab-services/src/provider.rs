@@ -158,18 +158,17 @@ fn validate(req: &ChargeRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The caller's key, if any: visible ASCII, at most [`MAX_KEY_LEN`] characters.
+/// The caller's key, if any: printable ASCII, at most [`MAX_KEY_LEN`] characters.
 fn provider_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(raw) = headers.get("idempotency-key") else {
+    let Some(raw) = crate::api::key_header(headers)? else {
         return Ok(None);
     };
-    let bad = |message: &str| ApiError::bad_request("invalid_idempotency_key", message.to_string());
-    let key = raw
-        .to_str()
-        .map_err(|_| bad("Idempotency-Key must be visible ASCII"))?
-        .trim();
+    let key = raw.trim();
     if key.is_empty() || key.len() > MAX_KEY_LEN {
-        return Err(bad("Idempotency-Key must be 1 to 512 characters"));
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 1 to 512 characters",
+        ));
     }
     Ok(Some(key.to_string()))
 }

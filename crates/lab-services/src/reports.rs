@@ -172,15 +172,9 @@ pub fn payload_hash(req: &CreateReport) -> String {
 /// Reads the optional `Idempotency-Key`. The IETF draft sends it as a quoted structured-field
 /// string (`"abc"`); most APIs send it bare. Both are accepted.
 pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(raw) = headers.get("idempotency-key") else {
+    let Some(raw) = crate::api::key_header(headers)? else {
         return Ok(None);
     };
-    let raw = raw.to_str().map_err(|_| {
-        ApiError::bad_request(
-            "invalid_idempotency_key",
-            "Idempotency-Key must be visible ASCII",
-        )
-    })?;
     let key = raw
         .strip_prefix('"')
         .and_then(|k| k.strip_suffix('"'))

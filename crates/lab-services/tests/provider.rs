@@ -132,6 +132,10 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
         .await
         .unwrap();
     assert_eq!(bad_config.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // Found by the hostile-input property test: a tab inside a key was charged under it.
+    let (status, error) = charge(&http, &url, "k\t1").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"], "invalid_idempotency_key");
     // Found by the hostile-input property test: axum's query rejection was plain text.
     let twice = http
         .get(format!("{url}/charges?key=a&key=b"))

@@ -241,6 +241,15 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
             StatusCode::BAD_REQUEST,
             "invalid_idempotency_key",
         ),
+        // Found by the hostile-input property test: a tab inside a key was stored with it.
+        (
+            f.client
+                .post(f.url("/reports"))
+                .header("Idempotency-Key", "k\t1")
+                .json(&monthly()),
+            StatusCode::BAD_REQUEST,
+            "invalid_idempotency_key",
+        ),
         (
             f.client
                 .post(f.url("/reports"))
