@@ -528,8 +528,15 @@ async fn set_config(
     State(service): State<Payments>,
     JsonBody(change): JsonBody<ConfigChange>,
 ) -> Result<Json<PaymentConfig>, ApiError> {
-    if change.lease_ms == Some(0) {
-        return Err(invalid("lease_ms must be at least 1"));
+    // A lease is how long a reservation whose caller died blocks its key; longer than the
+    // result is kept, it would outlive the very record it protects.
+    let longest = RESULT_TTL.as_millis() as u64;
+    if let Some(lease_ms) = change.lease_ms
+        && !(1..=longest).contains(&lease_ms)
+    {
+        return Err(invalid(&format!(
+            "lease_ms must be from 1 to {longest} (the result's TTL)"
+        )));
     }
     let mut config = service.config.lock();
     if let Some(policy) = change.policy {

@@ -292,3 +292,28 @@ async fn malformed_requests_get_a_4xx_with_a_json_body_and_charge_nothing() {
     assert_eq!(f.charges().await, 0);
     f.finish().await;
 }
+
+/// Found by the hostile-input property test: `PUT /config` took any lease up to `u64::MAX` ms
+/// (584 million years), so the reservation of a caller that died could outlive the result TTL.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_longer_than_the_result_is_kept_is_refused() {
+    let f = Fixture::new(None).await;
+    for lease in [3_600_001u64, u64::MAX] {
+        let response = f
+            .http
+            .put(format!("{}/config", f.payments.url()))
+            .json(&json!({"lease_ms": lease}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(body["error"], "invalid_request");
+    }
+    // The lease of an hour, as long as the result is kept, is the longest.
+    f.configure(json!({"lease_ms": 3_600_000})).await;
+    let (paid, _, _) = f.pay(Some("L1"), payment(1990)).await;
+    assert_eq!(paid, StatusCode::OK);
+    f.finish().await;
+}
