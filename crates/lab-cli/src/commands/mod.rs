@@ -5,6 +5,7 @@ mod doctor;
 mod list;
 mod run;
 mod serve;
+mod soak;
 
 use crate::cli::{Cli, Command};
 use crate::session::Failure;
@@ -35,6 +36,12 @@ pub async fn dispatch(cli: Cli) -> u8 {
         Command::Check { names, bless } => check::check(&cli.global, names, *bless).await,
         Command::Doctor => doctor::doctor(&cli.global).await,
         Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,
+        Command::Soak {
+            target,
+            iterations,
+            seed,
+            protections,
+        } => soak::soak(&cli.global, *target, *iterations, *seed, *protections).await,
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut command, "lab", &mut std::io::stdout());
