@@ -228,6 +228,17 @@ impl Body {
     fn parse<T: DeserializeOwned>(&self) -> Result<T, Error> {
         serde_json::from_slice(&self.0).map_err(|error| Error::BadRequestBody(error.to_string()))
     }
+
+    /// [`Self::parse`] for a body that must be a JSON object. serde would also fill a struct
+    /// from an array of its values (`[{}]` as a toxic update), which Toxiproxy's Go decoder
+    /// refuses with 400.
+    fn parse_object<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        let value = self.parse()?;
+        if self.0.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(Error::BadRequestBody("expected a JSON object".into()));
+        }
+        Ok(value)
+    }
 }
 
 /// A proxy as `POST /proxies` and `POST /populate` receive it. Other fields (`toxics`, which
@@ -278,7 +289,7 @@ async fn create_proxy(
     State(proxies): State<FaultProxy>,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<ProxyInfo>)> {
-    let input: ProxyInput = body.parse()?;
+    let input: ProxyInput = body.parse_object()?;
     let enabled = input.enabled.unwrap_or(true);
     let proxy = proxies
         .add(&input.name, &input.listen, &input.upstream, enabled)
@@ -360,7 +371,7 @@ async fn update_proxy(
     body: Body,
 ) -> ApiResult<Json<ProxyInfo>> {
     let proxy = find(&proxies, &name)?;
-    let update: ProxyUpdate = body.parse()?;
+    let update: ProxyUpdate = body.parse_object()?;
     proxy.update(update).await?;
     Ok(Json(proxy.info()))
 }
@@ -389,7 +400,7 @@ async fn create_toxic(
     let proxy = find(&proxies, &name)?;
     // Through `serde_json::Value` so that Toxic's own checks (type, stream,
     // attributes) report their precise error rather than a generic parse error.
-    let toxic = Toxic::from_json(body.parse()?)?;
+    let toxic = Toxic::from_json(body.parse_object()?)?;
     proxy.add_toxic(toxic.clone())?;
     Ok(Json(toxic))
 }
@@ -412,7 +423,7 @@ async fn update_toxic(
     if proxy.toxic(&toxic).is_none() {
         return Err(Error::ToxicNotFound(toxic).into());
     }
-    let update: ToxicUpdate = body.parse()?;
+    let update: ToxicUpdate = body.parse_object()?;
     Ok(Json(proxy.update_toxic(&toxic, update)?))
 }
 

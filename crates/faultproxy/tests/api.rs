@@ -374,3 +374,33 @@ async fn populate_creates_keeps_and_replaces() {
         "nothing is applied from a rejected request"
     );
 }
+
+/// Found by lab-scenarios' hostile-input property test: serde filled a toxic update from the
+/// array `[{}]` and answered 200; Toxiproxy's decoder refuses an array where an object belongs.
+#[tokio::test]
+async fn an_array_where_an_object_belongs_is_400() {
+    let (_proxies, api, echo) = api_with_echo().await;
+    let create = json!({"name": "echo", "listen": "127.0.0.1:0", "upstream": echo}).to_string();
+    assert_eq!(http(api, "POST", "/proxies", Some(&create)).await.0, 201);
+    let toxic = r#"{"name": "t1", "type": "latency", "attributes": {"latency": 1}}"#;
+    assert_eq!(
+        http(api, "POST", "/proxies/echo/toxics", Some(toxic))
+            .await
+            .0,
+        200
+    );
+    for (method, path) in [
+        ("POST", "/proxies"),
+        ("POST", "/proxies/echo"),
+        ("POST", "/proxies/echo/toxics"),
+        ("POST", "/proxies/echo/toxics/t1"),
+    ] {
+        for body in ["[]", "[{}]", r#"["x", "127.0.0.1:0", "127.0.0.1:9"]"#] {
+            assert_error(
+                http(api, method, path, Some(body)).await,
+                400,
+                "bad request body",
+            );
+        }
+    }
+}

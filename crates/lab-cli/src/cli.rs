@@ -25,7 +25,8 @@ pub const DEFAULT_PORT_BASE: u16 = 8470;
 const AFTER_HELP: &str = "\
 Exit codes:
   0    every fact (and, for `check`, every narrative) is as expected
-  1    a fact or a narrative is not as expected (drift)
+  1    a fact or a narrative is not as expected (drift); `soak` with the
+       protections on: an iteration charged twice (with them off, exit 0)
   2    usage error: an unknown flag, scenario or value
   3    environment: PostgreSQL or Redis cannot be started or reached
   130  interrupted by Ctrl-C, or stopped with q in step mode
@@ -152,6 +153,25 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Pay through the chain again and again with faults (lost answers, resets, delays) placed at
+    /// random, seeded points, and check "one charge per key" every time; exit 1 if the
+    /// protections are on and an iteration broke it
+    Soak {
+        #[arg(value_enum)]
+        target: SoakTarget,
+        /// How many payments to make, one per iteration
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        iterations: u32,
+        /// The first iteration's seed; each next one derives from it. A failing iteration's own
+        /// seed with `--iterations 1` replays it alone [default: from the clock, printed]
+        #[arg(long)]
+        seed: Option<u64>,
+        /// on: the key travels unchanged, the payment service guards keys, the provider
+        /// deduplicates; off: the broken design (orders mints a key per attempt, no guard, no
+        /// deduplication), whose violations are the demonstration (exit 0)
+        #[arg(long, value_enum, default_value_t = Protections::On)]
+        protections: Protections,
+    },
     /// Serve the bundled services on fixed ports, each behind a fault proxy, with the Toxiproxy
     /// API on 127.0.0.1:8474, until Ctrl-C
     Serve {
@@ -163,6 +183,20 @@ pub enum Command {
     /// Drive the fault proxies of a running `lab serve` (or any Toxiproxy) as toxiproxy-cli
     /// does: list, inspect, toggle, toxic add|update|remove; and arm one-shot faults
     Proxy(crate::commands::proxy::ProxyArgs),
+}
+
+/// What `lab soak` pays through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SoakTarget {
+    /// gateway → orders → payments (coordinator on Redis) → provider
+    Chain,
+}
+
+/// Whether `lab soak` runs the chain as the lesson builds it, or as the broken design.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Protections {
+    On,
+    Off,
 }
 
 /// What `lab run --export` writes.

@@ -16,6 +16,8 @@
 //! - [`ctx`]: the [`Ctx`] a script gets; [`error`]: why a scenario could not run to its end.
 //! - [`stage`]: starting the bundled services from their specs (shared with `lab serve`).
 //! - [`faults`]: the proxies on the hops a scenario breaks (embedded, or a real Toxiproxy).
+//! - [`soak`]: `lab soak chain`: the chain paid through again and again under seeded random
+//!   faults, "one charge per key" checked every time.
 //! - [`library`]: the files under `scenarios/` (texts, expected facts and narratives), read from
 //!   the checkout when there is one, else the copies embedded at build time.
 //! - Topic folders, one per lesson, each with its helpers, its own tables (`schema.sql`) and its
@@ -35,6 +37,7 @@ pub mod payments;
 pub mod reports;
 pub mod runner;
 pub mod scenario;
+pub mod soak;
 pub mod stage;
 
 pub use catalogue::{CATALOGUE, Entry, find};

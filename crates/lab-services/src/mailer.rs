@@ -41,8 +41,10 @@ pub static SPEC: ServiceSpec = ServiceSpec {
     router: |env| Ok(Mailer::from_env(env)?.router()),
 };
 
-/// An email to send.
+/// An email to send. An unknown field (`"cc"`, `"attachments"`) is refused (422) rather than
+/// dropped from an email that then goes out without it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct EmailRequest {
     pub to: String,
     pub subject: String,

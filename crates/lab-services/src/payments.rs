@@ -94,8 +94,11 @@ const DEMO: &str = r#"  # pay, then pay again with the same key: one charge, the
   curl -s -X POST {api}/proxies/redis -d '{"enabled":false}'
   curl -s -X PUT {direct}/config -H 'Content-Type: application/json' -d '{"policy":"hardened"}'"#;
 
-/// A payment command, as the service receives it after authentication.
+/// A payment command, as the service receives it after authentication. An unknown field is
+/// refused (422): the fingerprint covers the fields below only, so a client's `"capture": false`
+/// would be ignored and a retry with another value replayed as the same payment.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct Payment {
     pub tenant_id: String,
     pub order_id: String,
@@ -348,18 +351,14 @@ fn validate(payment: &Payment) -> Result<(uuid::Uuid, uuid::Uuid), ApiError> {
 
 /// The client's key, exactly as sent (the coordinator trims and validates it).
 fn client_key(headers: &HeaderMap) -> Result<String, ApiError> {
-    let raw = headers.get("idempotency-key").ok_or_else(|| {
-        ApiError::bad_request(
-            "missing_idempotency_key",
-            "a payment needs an Idempotency-Key: one per payment, the same on every retry",
-        )
-    })?;
-    raw.to_str().map(str::to_string).map_err(|_| {
-        ApiError::bad_request(
-            "invalid_idempotency_key",
-            "Idempotency-Key must be visible ASCII",
-        )
-    })
+    crate::api::key_header(headers)?
+        .map(str::to_string)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "missing_idempotency_key",
+                "a payment needs an Idempotency-Key: one per payment, the same on every retry",
+            )
+        })
 }
 
 /// `POST /payments`: charge once per key.
@@ -544,8 +543,15 @@ async fn set_config(
     State(service): State<Payments>,
     JsonBody(change): JsonBody<ConfigChange>,
 ) -> Result<Json<PaymentConfig>, ApiError> {
-    if change.lease_ms == Some(0) {
-        return Err(invalid("lease_ms must be at least 1"));
+    // A lease is how long a reservation whose caller died blocks its key; longer than the
+    // result is kept, it would outlive the very record it protects.
+    let longest = RESULT_TTL.as_millis() as u64;
+    if let Some(lease_ms) = change.lease_ms
+        && !(1..=longest).contains(&lease_ms)
+    {
+        return Err(invalid(&format!(
+            "lease_ms must be from 1 to {longest} (the result's TTL)"
+        )));
     }
     let mut config = service.config.lock();
     if let Some(policy) = change.policy {

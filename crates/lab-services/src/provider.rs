@@ -24,7 +24,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -35,7 +35,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
+use crate::api::{ApiError, JsonBody, QueryParams, method_not_allowed, not_found};
 use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
 
 /// The service's name: in narration, and the name of its fault-proxy hop.
@@ -72,8 +72,9 @@ const DEMO: &str = r#"  # charge twice with one key: two charges, until the prov
 /// The longest key the provider accepts.
 pub const MAX_KEY_LEN: usize = 512;
 
-/// A charge request.
+/// A charge request. An unknown field is refused (422), as real providers do.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ChargeRequest {
     pub order_id: String,
     /// Positive, in minor units (kopecks).
@@ -157,18 +158,17 @@ fn validate(req: &ChargeRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The caller's key, if any: visible ASCII, at most [`MAX_KEY_LEN`] characters.
+/// The caller's key, if any: printable ASCII, at most [`MAX_KEY_LEN`] characters.
 fn provider_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(raw) = headers.get("idempotency-key") else {
+    let Some(raw) = crate::api::key_header(headers)? else {
         return Ok(None);
     };
-    let bad = |message: &str| ApiError::bad_request("invalid_idempotency_key", message.to_string());
-    let key = raw
-        .to_str()
-        .map_err(|_| bad("Idempotency-Key must be visible ASCII"))?
-        .trim();
+    let key = raw.trim();
     if key.is_empty() || key.len() > MAX_KEY_LEN {
-        return Err(bad("Idempotency-Key must be 1 to 512 characters"));
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 1 to 512 characters",
+        ));
     }
     Ok(Some(key.to_string()))
 }
@@ -240,7 +240,7 @@ struct ChargesQuery {
 /// `GET /charges[?key=K]`: the provider's own view, which the lab reads its facts from.
 async fn list_charges(
     State(provider): State<Provider>,
-    Query(query): Query<ChargesQuery>,
+    QueryParams(query): QueryParams<ChargesQuery>,
 ) -> Json<serde_json::Value> {
     let charges: Vec<Charge> = provider
         .charges

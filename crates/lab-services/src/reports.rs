@@ -21,7 +21,7 @@
 //! Other endpoints: `GET /reports` (count and rows: the service's own view, used for facts),
 //! `GET /reports/{id}`, `GET /health`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -35,7 +35,7 @@ use sqlx::PgPool;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
-use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
+use crate::api::{ApiError, JsonBody, PathParams, method_not_allowed, not_found};
 use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
 
 /// The report service, as the lab starts it.
@@ -119,8 +119,10 @@ pub struct ReportService {
     tasks: TaskTracker,
 }
 
-/// The request body of `POST /reports`.
+/// The request body of `POST /reports`. An unknown field is refused (422), not ignored: a client
+/// that sends one believes it means something, and the report would silently not have it.
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct CreateReport {
     pub task_id: i64,
     pub report_type: String,
@@ -171,15 +173,9 @@ pub fn payload_hash(req: &CreateReport) -> String {
 /// Reads the optional `Idempotency-Key`. The IETF draft sends it as a quoted structured-field
 /// string (`"abc"`); most APIs send it bare. Both are accepted.
 pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(raw) = headers.get("idempotency-key") else {
+    let Some(raw) = crate::api::key_header(headers)? else {
         return Ok(None);
     };
-    let raw = raw.to_str().map_err(|_| {
-        ApiError::bad_request(
-            "invalid_idempotency_key",
-            "Idempotency-Key must be visible ASCII",
-        )
-    })?;
     let key = raw
         .strip_prefix('"')
         .and_then(|k| k.strip_suffix('"'))
@@ -437,7 +433,7 @@ async fn list_reports(State(service): State<ReportService>) -> Result<Response, 
 /// `GET /reports/{id}`.
 async fn get_report(
     State(service): State<ReportService>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     let id: i64 = id
         .parse()

@@ -36,6 +36,8 @@ async fn every_request_is_a_new_email_and_bad_ones_are_refused() {
         json!({"to": "anna@example.com", "subject": ""}),
         json!({"to": "anna@example.com"}),
         json!({"to": 5, "subject": "x"}),
+        // Found by the hostile-input property test: an unknown field was ignored and sent.
+        json!({"to": "anna@example.com", "subject": "x", "cc": "boris@example.com"}),
     ] {
         let response = send(bad.clone()).await.unwrap();
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{bad}");

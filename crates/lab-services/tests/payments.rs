@@ -153,7 +153,8 @@ async fn one_key_one_charge_and_every_retry_answered_as_the_lesson_says() {
     assert_eq!(changed, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["error"], "idempotency_key_reused");
 
-    for key in ["", "   ", "order:1", &"k".repeat(256)] {
+    // "k\t1": found by the hostile-input property test, charged under a key with a tab.
+    for key in ["", "   ", "order:1", &"k".repeat(256), "k\t1"] {
         let (status, _, body) = f.pay(Some(key), payment(1990)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "key {key:?}");
         assert_eq!(body["error"], "invalid_idempotency_key");
@@ -250,6 +251,11 @@ async fn malformed_requests_get_a_4xx_with_a_json_body_and_charge_nothing() {
             422,
         ),
         (json!({"tenant_id": TENANT, "order_id": ORDER}), 422),
+        // Found by the hostile-input property test: an unknown field was ignored, and charged.
+        (
+            json!({"tenant_id": TENANT, "order_id": ORDER, "amount": 1, "currency": "RUB", "tip": 5}),
+            422,
+        ),
         (json!([1, 2, 3]), 422),
     ];
     for (body, status) in cases {
@@ -284,5 +290,30 @@ async fn malformed_requests_get_a_4xx_with_a_json_body_and_charge_nothing() {
         .unwrap();
     assert_eq!(zero_lease.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(f.charges().await, 0);
+    f.finish().await;
+}
+
+/// Found by the hostile-input property test: `PUT /config` took any lease up to `u64::MAX` ms
+/// (584 million years), so the reservation of a caller that died could outlive the result TTL.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_longer_than_the_result_is_kept_is_refused() {
+    let f = Fixture::new(None).await;
+    for lease in [3_600_001u64, u64::MAX] {
+        let response = f
+            .http
+            .put(format!("{}/config", f.payments.url()))
+            .json(&json!({"lease_ms": lease}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(body["error"], "invalid_request");
+    }
+    // The lease of an hour, as long as the result is kept, is the longest.
+    f.configure(json!({"lease_ms": 3_600_000})).await;
+    let (paid, _, _) = f.pay(Some("L1"), payment(1990)).await;
+    assert_eq!(paid, StatusCode::OK);
     f.finish().await;
 }

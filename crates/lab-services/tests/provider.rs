@@ -100,6 +100,11 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
             422,
         ),
         (json!({"amount": 5}), 422),
+        // Found by the hostile-input property test: an unknown field was ignored, and charged.
+        (
+            json!({"order_id": "o", "amount": 5, "currency": "RUB", "capture": false}),
+            422,
+        ),
     ];
     for (body, status) in cases {
         let response = http
@@ -127,6 +132,19 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
         .await
         .unwrap();
     assert_eq!(bad_config.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // Found by the hostile-input property test: a tab inside a key was charged under it.
+    let (status, error) = charge(&http, &url, "k\t1").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"], "invalid_idempotency_key");
+    // Found by the hostile-input property test: axum's query rejection was plain text.
+    let twice = http
+        .get(format!("{url}/charges?key=a&key=b"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), StatusCode::BAD_REQUEST);
+    let error: Value = twice.json().await.expect("a JSON error body");
+    assert_eq!(error["error"], "invalid_query");
     let wrong_method = http.delete(format!("{url}/charges")).send().await.unwrap();
     assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(count(&http, &url, "").await, 0, "no charge from bad input");

@@ -225,3 +225,28 @@ async fn a_relay_that_mints_keys_sends_a_new_one_every_attempt() {
     assert_eq!(body["error"], "missing_idempotency_key");
     orders.stop().await;
 }
+
+/// Found by the hostile-input property test: a key with a tab went down the chain and was
+/// charged under it. Now the relay refuses it before calling anyone.
+#[tokio::test]
+async fn a_key_with_a_control_character_is_refused_before_the_next_hop() {
+    let keys = Arc::default();
+    let url = start_below(Below {
+        keys: Arc::clone(&keys),
+        answer: |_| (StatusCode::OK, vec![], json!({"charge_id": "ch_1"})),
+    })
+    .await;
+    let orders = start_orders(url).await;
+    let response = reqwest::Client::new()
+        .post(format!("{}/orders/pay", orders.url()))
+        .header("Idempotency-Key", "k\t1")
+        .json(&payment())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_idempotency_key");
+    assert!(keys.lock().is_empty(), "nothing went down the chain");
+    orders.stop().await;
+}

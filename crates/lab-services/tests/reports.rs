@@ -211,6 +211,14 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_request",
         ),
+        // Found by the hostile-input property test: an unknown field was ignored, and stored.
+        (
+            f.client
+                .post(f.url("/reports"))
+                .json(&json!({"task_id": 42, "report_type": "monthly", "format": "pdf"})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
         (
             f.client
                 .post(f.url("/reports"))
@@ -233,6 +241,15 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
             StatusCode::BAD_REQUEST,
             "invalid_idempotency_key",
         ),
+        // Found by the hostile-input property test: a tab inside a key was stored with it.
+        (
+            f.client
+                .post(f.url("/reports"))
+                .header("Idempotency-Key", "k\t1")
+                .json(&monthly()),
+            StatusCode::BAD_REQUEST,
+            "invalid_idempotency_key",
+        ),
         (
             f.client
                 .post(f.url("/reports"))
@@ -245,6 +262,13 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
             f.client.get(f.url("/reports/abc")),
             StatusCode::BAD_REQUEST,
             "invalid_id",
+        ),
+        // Found by the hostile-input property test: a segment that is not UTF-8 once decoded
+        // got axum's plain-text rejection.
+        (
+            f.client.get(f.url("/reports/%FF")),
+            StatusCode::BAD_REQUEST,
+            "invalid_path",
         ),
         (
             f.client.get(f.url("/reports/999")),

@@ -7,6 +7,7 @@ mod list;
 pub mod proxy;
 mod run;
 mod serve;
+mod soak;
 
 use crate::cli::{Cli, Command};
 use crate::session::Failure;
@@ -39,6 +40,12 @@ pub async fn dispatch(cli: Cli) -> u8 {
         Command::Explain { names } => explain::explain(&cli.global, names).await,
         Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,
         Command::Proxy(args) => proxy::proxy(&cli.global, args).await,
+        Command::Soak {
+            target,
+            iterations,
+            seed,
+            protections,
+        } => soak::soak(&cli.global, *target, *iterations, *seed, *protections).await,
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut command, "lab", &mut std::io::stdout());
