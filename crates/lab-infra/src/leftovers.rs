@@ -5,9 +5,11 @@
 //! throwaway directory records its owner, the `lab` process that created it, in a file
 //! [`OWNER_FILE`]: its pid and its start time (a pid alone could have been reused by an unrelated
 //! process since). The next `lab` ([`sweep`], called when servers start and by `lab doctor`)
-//! removes the `lab-pg-*` and `lab-redis-*` directories of the temporary directory whose owner is
-//! gone, after ending any process still working in them. Nothing else is touched: a directory of
-//! a live `lab`, one whose owner cannot be read, and anything not named like ours stay.
+//! removes the `lab-pg-*` and `lab-redis-*` directories whose owner is gone from the places
+//! throwaway directories go (`TMPDIR` and memory, see [`crate::scratch`]), after ending any
+//! process still working in them. Nothing else is touched: a directory of a live `lab`, one
+//! whose owner cannot be read, and anything not named like ours stay. (Half-built templates in
+//! the cache carry an owner file too, and [`crate::template`] removes them likewise.)
 
 use std::fs;
 use std::io;
@@ -83,16 +85,22 @@ fn abandoned(tmp: &Path) -> Vec<PathBuf> {
                 && entry.file_type().is_ok_and(|t| t.is_dir())
         })
         .map(|entry| entry.path())
-        .filter(|dir| match owner_alive(dir) {
-            Some(alive) => !alive,
-            // Unclaimed: a `lab` killed between creating and claiming it, if it is old.
-            None => fs::metadata(dir)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|modified| modified.elapsed().ok())
-                .is_some_and(|age| age > UNCLAIMED_GRACE),
-        })
+        .filter(|dir| is_abandoned(dir))
         .collect()
+}
+
+/// Whether the `lab` that made `dir` is gone: its owner file names a process that no longer
+/// runs, or it has none and is old enough that no `lab` is about to write one.
+pub(crate) fn is_abandoned(dir: &Path) -> bool {
+    match owner_alive(dir) {
+        Some(alive) => !alive,
+        // Unclaimed: a `lab` killed between creating and claiming it, if it is old.
+        None => fs::metadata(dir)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .is_some_and(|age| age > UNCLAIMED_GRACE),
+    }
 }
 
 /// Removes the throwaway directories of `lab` processes that are gone (killed with SIGKILL, or
@@ -101,7 +109,10 @@ fn abandoned(tmp: &Path) -> Vec<PathBuf> {
 /// Blocking file-system work: call it from `spawn_blocking` in async code.
 pub fn sweep() -> Vec<PathBuf> {
     let mut removed = Vec::new();
-    for dir in abandoned(&std::env::temp_dir()) {
+    for dir in crate::scratch::roots()
+        .iter()
+        .flat_map(|root| abandoned(root))
+    {
         // The kernel ended them with their owner; a straggler gets the same end now.
         for pid in processes_in(&dir) {
             let _ = kill(pid, Signal::SIGKILL);

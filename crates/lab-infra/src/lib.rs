@@ -1,12 +1,13 @@
 //! PostgreSQL and Redis for the lab: the learner's own servers, or throwaway ones.
 //!
 //! A learner at home should type one command and see real databases at work, with nothing to
-//! set up. So when no URL is given, the lab starts its own PostgreSQL (`initdb` in a temporary
-//! directory, a free loopback port, as the `postgres` user when running as root) and its own
-//! Redis (`redis-server` without persistence), once per `lab` call, and removes both at the end
-//! — on success, on failure, on panic (through `Drop`), on Ctrl-C (the CLI cancels the run and
-//! shuts the servers down; a start cut short is dropped and leaves nothing either) and when
-//! `lab` itself is killed (the kernel kills its servers).
+//! set up. So when no URL is given, the lab starts its own PostgreSQL (a copy of a cached
+//! template cluster, or `initdb`'s work, in a temporary directory, a free loopback port, as
+//! the `postgres` user when running as root) and its own Redis (`redis-server` without
+//! persistence), both at once, once per `lab` call, and removes both at the end — on success,
+//! on failure, on panic (through `Drop`), on Ctrl-C (the CLI cancels the run and shuts the
+//! servers down; a start cut short is dropped and leaves nothing either) and when `lab` itself
+//! is killed (the kernel kills its servers).
 //!
 //! Every scenario run then gets a [`RunSpace`]: a run id, its own schema `lab_<run>` holding the
 //! tables of the schema scripts (`schema.sql`), and its own Redis key prefix `lab:<run>:`.
@@ -14,8 +15,9 @@
 //! each other and with anyone else's data.
 //!
 //! Nothing here blocks the runtime: programs are asked their versions through `tokio::process`,
-//! and servers are stopped by awaiting their exit. Only `Drop`, which cannot await, waits on its
-//! thread, boundedly, for a killed server to be gone (see [`process`]).
+//! data directories are copied and removed on the blocking pool, and servers are stopped by
+//! awaiting their exit. Only `Drop`, which cannot await, waits on its thread, boundedly, for a
+//! killed server to be gone or a copy to stop (see [`process`]).
 //!
 //! # Layout
 //!
@@ -25,6 +27,9 @@
 //! - `spawner`: the one long-lived thread that forks every server, so that the parent-death
 //!   signal follows the `lab` process and not whichever runtime thread asked for the server.
 //! - [`postgres`] and [`redis_server`]: starting the throwaway servers.
+//! - [`template`]: the initialised PostgreSQL data directory kept in the user's cache, copied
+//!   instead of running `initdb`; `copy`: copying it off the runtime, stopped with its caller.
+//! - [`scratch`]: where the throwaway directories go (memory, when it has room).
 //! - [`leftovers`]: each throwaway directory names its owner; the next `lab` removes those a
 //!   killed one left behind.
 //! - [`servers`]: the servers of one `lab` call, given or throwaway.
@@ -33,17 +38,21 @@
 //!   the per-run URL for psql.
 
 pub mod binaries;
+mod copy;
 pub mod leftovers;
 pub mod postgres;
 pub mod process;
 pub mod redis_server;
+pub mod scratch;
 pub mod servers;
 pub mod space;
 mod spawner;
+pub mod template;
 pub mod url;
 
 pub use servers::{Needs, Origin, ServerOptions, Servers};
 pub use space::RunSpace;
+pub use template::TemplatePlace;
 
 /// Why the lab's servers are not available. Each message is one line that says what to do.
 #[derive(Debug, thiserror::Error)]

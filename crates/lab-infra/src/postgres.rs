@@ -1,13 +1,19 @@
-//! A throwaway PostgreSQL server: `initdb` in a temporary directory, `postgres` on a free
+//! A throwaway PostgreSQL server: a cluster in a temporary directory, `postgres` on a free
 //! loopback port, everything removed when it is stopped (or dropped).
 //!
+//! The cluster is a copy of the template (see [`crate::template`]) when there is one: a few
+//! hundredths of a second, against one or two seconds for `initdb`. Otherwise `initdb` makes
+//! it, and a copy of its work becomes the template for the next start. A template that turns
+//! out damaged, or whose copy does not start, is thrown away and made again, once.
+//!
 //! PostgreSQL refuses to run as root. When `lab` runs as root (containers, CI), both programs
-//! run as the `postgres` user, and the temporary directory is handed to that user.
+//! run as the `postgres` user, and the temporary directory (with the copy in it) is handed to
+//! that user.
 //!
 //! Both `initdb` and `postgres` are [`ServerProcess`]es: each in a process group of its own,
-//! killed with `lab`, and holding the directory until it is gone. A start that is cancelled
-//! halfway (Ctrl-C during `initdb`) thus kills `initdb` with its helpers before the directory
-//! is removed, and leaves nothing behind.
+//! killed with `lab`, and holding the directory until it is gone; so is a copy under way (see
+//! [`crate::copy`]). A start that is cancelled halfway (Ctrl-C during `initdb` or the copy) thus
+//! stops them before the directory is removed, and leaves nothing behind.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -17,17 +23,45 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::unistd::{Gid, Uid, User};
-use sqlx::Connection;
 use tempfile::TempDir;
 
 use crate::InfraError;
 use crate::binaries::PgBinaries;
 use crate::process::{ServerProcess, Shutdown, ThrowawayServer, free_port, log_tail};
+use crate::template::{Template, TemplatePlace, Unusable};
 
 /// How long a fresh cluster may take to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a starting server is asked whether it is ready: it takes a few tens of
+/// milliseconds, so a coarser poll would be a noticeable part of the start.
+const READY_POLL: Duration = Duration::from_millis(2);
 /// Attempts with a new port when the chosen one was taken in the meantime.
 const PORT_ATTEMPTS: usize = 3;
+
+/// The `initdb` options of every cluster: part of the template's key, since they shape what
+/// `initdb` makes.
+///
+/// trust: only loopback connections, to a cluster that lives for one lab call. (`--no-sync` is
+/// added when running it: it changes how the files are written, not what they hold.)
+const INITDB_ARGS: &[&str] = &["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C"];
+
+/// The throwaway server's settings (`-c`), on top of those `initdb` wrote.
+const SETTINGS: &[&str] = &[
+    // Durability is pointless for a throwaway cluster; these make every commit cheap.
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+    // Its shared memory segments as files in the data directory, not in /dev/shm: removed with
+    // the directory, also after a SIGKILL, when nobody is left to unlink them.
+    "dynamic_shared_memory_type=mmap",
+    // Starts measurably faster than with the default 128MB (less shared memory to set up), and
+    // the lab's tables are a few rows each.
+    "shared_buffers=16MB",
+    // The WAL the cluster keeps, bounded: it may live in memory (see `scratch`). The default
+    // lets it grow to a gigabyte before a checkpoint recycles it.
+    "min_wal_size=32MB",
+    "max_wal_size=64MB",
+];
 
 fn fail(reason: String) -> InfraError {
     InfraError::Start {
@@ -73,14 +107,29 @@ fn hand_over(path: &Path, user: Option<(Uid, Gid)>) -> std::io::Result<()> {
     }
 }
 
-/// Creates a cluster and starts it.
-pub async fn start(bins: &PgBinaries) -> Result<ThrowawayServer, InfraError> {
-    let user = server_user().await?;
-    // Shared with every process working in it: it is removed after the last of them is gone.
+/// How a throwaway cluster's data directory was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cluster {
+    /// By `initdb` (and kept as the template, if templates are kept).
+    Initdb,
+    /// As a copy of the template.
+    Template,
+}
+
+/// Creates a cluster (a copy of the template, or `initdb`'s work) and starts it.
+pub async fn start(
+    bins: &PgBinaries,
+    place: &TemplatePlace,
+) -> Result<(ThrowawayServer, Cluster), InfraError> {
+    // Both ask something of the system (a user look-up, `postgres --version`): at once.
+    let (user, template) = tokio::join!(server_user(), Template::find(place, bins, INITDB_ARGS));
+    let user = user?;
+    // Shared with every process and copy working in it: it is removed after the last of them
+    // is gone.
     let dir = Arc::new(
         tempfile::Builder::new()
             .prefix("lab-pg-")
-            .tempdir()
+            .tempdir_in(crate::scratch::root())
             .map_err(|e| fail(format!("cannot create a temporary directory: {e}")))?,
     );
     // Names this lab as the owner, so the next one can tell the directory was abandoned if this
@@ -94,8 +143,59 @@ pub async fn start(bins: &PgBinaries) -> Result<ThrowawayServer, InfraError> {
         ))
     })?;
     let data = dir.path().join("data");
-    init_cluster(bins, &dir, &data, user).await?;
 
+    if let Some(template) = &template {
+        match template.copy_to(&data, user, dir.clone()).await {
+            Ok(()) => match serve(bins, &dir, &data, user).await {
+                Ok(server) => return Ok((server, Cluster::Template)),
+                // A template whose copy does not start is thrown away and made again from
+                // `initdb` below, once: if that fails too, its error is the one reported.
+                Err(_) => template.discard().await,
+            },
+            Err(Unusable::Missing) => {}
+            Err(Unusable::Damaged) => template.discard().await,
+            // Nothing says the template is at fault (a full disk): `initdb` this time.
+            Err(Unusable::Copy) => {}
+        }
+        // What a failed copy or start left, before `initdb` wants the directory empty.
+        remove_data(&data, dir.clone()).await?;
+    }
+
+    init_cluster(bins, &dir, &data, user).await?;
+    if let Some(template) = &template {
+        // Before the server touches the directory. Only a cache: a template that cannot be
+        // kept (no room, a read-only cache) changes nothing for this start.
+        let _ = template.build_from(&data, dir.clone()).await;
+    }
+    let server = serve(bins, &dir, &data, user).await?;
+    Ok((server, Cluster::Initdb))
+}
+
+/// Removes the data directory `data` in `dir`, if there is one.
+async fn remove_data(data: &Path, dir: Arc<TempDir>) -> Result<(), InfraError> {
+    let data = data.to_path_buf();
+    let removed = crate::copy::blocking(move |_| {
+        let _hold = dir;
+        match std::fs::remove_dir_all(&data) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    match removed {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(fail(format!("cannot clear a data directory: {e}"))),
+        None => Err(fail("clearing a data directory panicked".into())),
+    }
+}
+
+/// Starts `postgres` on the cluster in `data` and waits until it accepts connections.
+async fn serve(
+    bins: &PgBinaries,
+    dir: &Arc<TempDir>,
+    data: &Path,
+    user: Option<(Uid, Gid)>,
+) -> Result<ThrowawayServer, InfraError> {
     let mut last_error = String::new();
     for _ in 0..PORT_ATTEMPTS {
         let port = free_port().map_err(|e| fail(format!("no free port: {e}")))?;
@@ -105,13 +205,11 @@ pub async fn start(bins: &PgBinaries) -> Result<ThrowawayServer, InfraError> {
         let mut command = Command::new(&bins.postgres);
         as_user(&mut command, user)
             .arg("-D")
-            .arg(&data)
+            .arg(data)
             .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-k"])
             // The socket goes to our own directory, not /var/run/postgresql (shared, maybe absent).
             .arg(dir.path())
-            // Durability is pointless for a throwaway cluster; these make every commit cheap.
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-            .args(["-c", "full_page_writes=off"])
+            .args(SETTINGS.iter().flat_map(|setting| ["-c", setting]))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -127,28 +225,35 @@ pub async fn start(bins: &PgBinaries) -> Result<ThrowawayServer, InfraError> {
                 last_error = log_tail(&log_path, 3).await;
                 break;
             }
-            match sqlx::PgConnection::connect(&url).await {
-                Ok(conn) => {
-                    let _ = conn.close().await;
-                    return Ok(ThrowawayServer::new(process, dir, port, url));
-                }
-                Err(e) if Instant::now() > deadline => {
-                    process.stop().await;
-                    return Err(fail(format!(
-                        "not ready after {}s: {e}; log: {}",
-                        READY_TIMEOUT.as_secs(),
-                        log_tail(&log_path, 3).await
-                    )));
-                }
-                // Polling a server that is starting up.
-                Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+            if is_ready(data).await {
+                return Ok(ThrowawayServer::new(process, dir.clone(), port, url));
             }
+            if Instant::now() > deadline {
+                process.stop().await;
+                return Err(fail(format!(
+                    "not ready after {}s; log: {}",
+                    READY_TIMEOUT.as_secs(),
+                    log_tail(&log_path, 3).await
+                )));
+            }
+            // Polling a server that is starting up: a small file read every few milliseconds.
+            tokio::time::sleep(READY_POLL).await;
         }
         if !last_error.contains("already in use") {
             break;
         }
     }
     Err(fail(format!("the server exited: {last_error}")))
+}
+
+/// Whether the postmaster of `data` says it accepts connections. It keeps its state in the
+/// eighth line of `postmaster.pid` (PostgreSQL 10 and later), which is what `pg_ctl start`
+/// waits on too: cheaper than a connection attempt, and it never sees the "starting up"
+/// refusals.
+async fn is_ready(data: &Path) -> bool {
+    tokio::fs::read_to_string(data.join("postmaster.pid"))
+        .await
+        .is_ok_and(|pid_file| pid_file.lines().nth(7).map(str::trim) == Some("ready"))
 }
 
 /// Runs `initdb` to completion (about a second). Its output goes to a log in `dir`, read back
@@ -168,8 +273,7 @@ async fn init_cluster(
     as_user(&mut command, user)
         .arg("-D")
         .arg(data)
-        // trust: only loopback connections, to a cluster that lives for one lab call.
-        .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C"])
+        .args(INITDB_ARGS)
         // --no-sync: the cluster is thrown away; waiting for fsync would only slow the start.
         .arg("--no-sync")
         // Inside its directory, like the server: whatever it leaves running shows up there.

@@ -26,7 +26,7 @@ pub async fn start(program: &Path) -> Result<ThrowawayServer, InfraError> {
     let dir = Arc::new(
         tempfile::Builder::new()
             .prefix("lab-redis-")
-            .tempdir()
+            .tempdir_in(crate::scratch::root())
             .map_err(|e| fail(format!("cannot create a temporary directory: {e}")))?,
     );
     // Names this lab as the owner, so the next one can tell the directory was abandoned if this

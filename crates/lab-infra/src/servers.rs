@@ -16,7 +16,9 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 
 use crate::binaries::PgBinaries;
+use crate::postgres::Cluster;
 use crate::process::ThrowawayServer;
+use crate::template::TemplatePlace;
 use crate::{InfraError, binaries, postgres, redis_server, url};
 
 /// What the user asked for.
@@ -24,6 +26,8 @@ use crate::{InfraError, binaries, postgres, redis_server, url};
 pub struct ServerOptions {
     pub database_url: Option<String>,
     pub redis_url: Option<String>,
+    /// Where a throwaway PostgreSQL's template is kept: by default as the environment says.
+    pub pg_template: TemplatePlace,
 }
 
 impl ServerOptions {
@@ -33,6 +37,7 @@ impl ServerOptions {
         ServerOptions {
             database_url: given(database_url),
             redis_url: given(redis_url),
+            pg_template: TemplatePlace::FromEnv,
         }
     }
 
@@ -103,6 +108,8 @@ pub struct PgServer {
     pub version: String,
     /// A small pool without a schema of its own: creates and drops run schemas.
     pub admin: PgPool,
+    /// How a throwaway server's cluster was made (`None` for a given server).
+    pub cluster: Option<Cluster>,
     throwaway: Option<ThrowawayServer>,
 }
 
@@ -219,7 +226,8 @@ impl Servers {
         Plan { postgres, redis }
     }
 
-    /// Connects to the given servers and starts throwaway ones for the rest of `needs`.
+    /// Connects to the given servers and starts throwaway ones for the rest of `needs`, both
+    /// at once.
     ///
     /// Cancel-safe: a future dropped halfway (Ctrl-C while `initdb` runs) leaves no process and
     /// no temporary directory behind.
@@ -228,24 +236,37 @@ impl Servers {
         // What a `lab` killed with SIGKILL left behind goes before this one adds its own.
         let leftovers = crate::leftovers::sweep_async().await;
         let programs = Programs::find(options, needs).await?;
-        let postgres = if needs.postgres {
-            Some(start_postgres(options.database_url.as_deref(), programs.postgres).await?)
-        } else {
-            None
-        };
-        let redis = if needs.redis {
-            match start_redis(options.redis_url.as_deref(), programs.redis).await {
-                Ok(redis) => Some(redis),
-                Err(e) => {
-                    // Stopped here rather than dropped: awaited, not blocking.
-                    if let Some(postgres) = postgres {
-                        postgres.shutdown().await;
-                    }
-                    return Err(e);
-                }
+        // PostgreSQL takes the longest; Redis starts meanwhile. Each start cleans up after
+        // itself when it fails; the other one, if it started, is stopped below.
+        let postgres = async {
+            if !needs.postgres {
+                return Ok(None);
             }
-        } else {
-            None
+            start_postgres(options, programs.postgres).await.map(Some)
+        };
+        let redis = async {
+            if !needs.redis {
+                return Ok(None);
+            }
+            let given = options.redis_url.as_deref();
+            start_redis(given, programs.redis).await.map(Some)
+        };
+        // A server that started while the other failed is stopped here rather than dropped:
+        // awaited, not blocking.
+        let (postgres, redis) = match tokio::join!(postgres, redis) {
+            (Ok(postgres), Ok(redis)) => (postgres, redis),
+            (Err(e), redis) => {
+                if let Ok(Some(redis)) = redis {
+                    redis.shutdown().await;
+                }
+                return Err(e);
+            }
+            (Ok(postgres), Err(e)) => {
+                if let Some(postgres) = postgres {
+                    postgres.shutdown().await;
+                }
+                return Err(e);
+            }
         };
         Ok(Servers {
             postgres,
@@ -303,17 +324,18 @@ impl Servers {
 }
 
 async fn start_postgres(
-    given: Option<&str>,
+    options: &ServerOptions,
     bins: Option<PgBinaries>,
 ) -> Result<PgServer, InfraError> {
-    let (url, origin, throwaway) = match given {
-        Some(u) => (url::normalize_postgres(u)?, Origin::Given, None),
+    let (url, origin, throwaway, cluster) = match &options.database_url {
+        Some(u) => (url::normalize_postgres(u)?, Origin::Given, None, None),
         None => {
             let bins = bins.ok_or_else(|| InfraError::Missing {
                 missing: "PostgreSQL server programs (initdb, postgres)".into(),
             })?;
-            let server = postgres::start(&bins).await?;
-            (server.url.clone(), Origin::Throwaway, Some(server))
+            let (server, cluster) = postgres::start(&bins, &options.pg_template).await?;
+            let url = server.url.clone();
+            (url, Origin::Throwaway, Some(server), Some(cluster))
         }
     };
     match connect_postgres(&url).await {
@@ -322,6 +344,7 @@ async fn start_postgres(
             origin,
             version,
             admin,
+            cluster,
             throwaway,
         }),
         Err(e) => {

@@ -11,7 +11,8 @@
 //! The hand-over must not open a gap for cancellation either. A caller that is dropped (Ctrl-C
 //! while the servers start) after sending its request must not leave behind a child that nobody
 //! owns. Each request therefore has a [`Slot`] that records how far it got, and the dropped
-//! caller settles it: a request not yet started is never started; one being started is waited
+//! caller settles it: a request not yet started is never started (and what it holds, such as the
+//! server's directory, is dropped by the caller there and then); one being started is waited
 //! for (a fork and an exec: milliseconds) and its product dropped at once, which for a
 //! [`crate::process::ServerProcess`] means killed.
 
@@ -52,10 +53,15 @@ fn queue() -> io::Result<mpsc::Sender<Job>> {
     Ok(sender)
 }
 
+/// What a request starts, run on the spawner thread.
+type Start<T> = Box<dyn FnOnce() -> io::Result<T> + Send>;
+
 /// How far one request got.
 enum State<T> {
-    /// In the queue.
-    Queued,
+    /// In the queue, with what it is to start. Kept here rather than in the queue, so that a
+    /// caller who goes away first drops it at once, with what it holds (the server's directory),
+    /// instead of leaving that to the spawner thread whenever it gets to the request.
+    Queued(Start<T>),
     /// Being forked on the spawner thread.
     Spawning,
     /// Started (or failed to); not yet taken by the caller.
@@ -101,25 +107,30 @@ pub(crate) async fn spawn<T: Send + 'static>(
     }
     // tokio registers each child with the runtime that awaits its exit: the caller's.
     let runtime = Handle::current();
+    let start: Start<T> = Box::new(move || {
+        let _runtime = runtime.enter();
+        command.spawn().map(build)
+    });
     let slot = Arc::new(Slot {
-        state: Mutex::new(State::Queued),
+        state: Mutex::new(State::Queued(start)),
         finished: Condvar::new(),
         ready: Notify::new(),
     });
     let pending = Pending { slot: slot.clone() };
     let job: Job = Box::new(move || {
-        {
+        let start = {
             let mut state = slot.state.lock();
-            if matches!(*state, State::Abandoned) {
-                return;
+            match std::mem::replace(&mut *state, State::Spawning) {
+                State::Queued(start) => start,
+                // Abandoned: the caller is gone, and dropped what this would have started.
+                other => {
+                    *state = other;
+                    return;
+                }
             }
-            *state = State::Spawning;
-        }
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            let _runtime = runtime.enter();
-            command.spawn().map(build)
-        }))
-        .unwrap_or_else(|_| Err(io::Error::other("starting the process panicked")));
+        };
+        let result = catch_unwind(AssertUnwindSafe(start))
+            .unwrap_or_else(|_| Err(io::Error::other("starting the process panicked")));
         let mut state = slot.state.lock();
         if matches!(*state, State::Abandoned) {
             // The caller stopped waiting for this spawn: stop what it started here.
@@ -180,6 +191,7 @@ impl<T> Drop for Pending<T> {
         let left = std::mem::replace(&mut *state, State::Abandoned);
         drop(state);
         // A child started for nobody: dropping it stops it, before the caller's drop goes on.
+        // A request not started yet: never started, and what it held goes now.
         drop(left);
     }
 }

@@ -1,19 +1,47 @@
 //! A start cut short leaves nothing: `Servers::start` dropped at any point (a timeout, an
-//! aborted task — what Ctrl-C does in the CLI) leaves no server, no `initdb` and no temporary
-//! directory; and a finished start, shut down or just dropped, leaves nothing either.
+//! aborted task — what Ctrl-C does in the CLI) leaves no server, no `initdb`, no copy of the
+//! template under way and no temporary directory, and no half-built template in the cache;
+//! and a finished start, shut down or just dropped, leaves nothing either.
 //!
 //! One test in its own binary: it points `TMPDIR` at a private directory, which is process-wide.
 
 mod common;
 
+use std::path::Path;
 use std::time::Duration;
 
 use common::{assert_nothing_left, entries, processes_in, shared_tempdir};
-use lab_infra::{Needs, ServerOptions, Servers};
+use lab_infra::{Needs, ServerOptions, Servers, TemplatePlace};
+
+/// Asserts that the cache holds nothing but templates: no build, nothing thrown away.
+#[track_caller]
+fn only_templates(cache: &Path, when: &str) -> usize {
+    let left = entries(cache);
+    let stray: Vec<&String> = left
+        .iter()
+        .filter(|e| !e.starts_with("postgres-"))
+        .collect();
+    assert!(stray.is_empty(), "{when}: left in the cache: {stray:?}");
+    left.len()
+}
+
+/// A throwaway PostgreSQL's directory in `tmp` with a data directory that is being copied:
+/// there, but no server started on it yet (it would have a log) and no initdb at work.
+fn copy_under_way(tmp: &Path) -> bool {
+    entries(tmp).iter().any(|e| {
+        let dir = tmp.join(e);
+        e.starts_with("lab-pg-")
+            && dir.join("data").exists()
+            && !dir.join("postgres.log").exists()
+            && !dir.join("initdb.log").exists()
+    })
+}
 
 #[test]
 fn a_dropped_start_leaves_nothing() {
     let tmp = shared_tempdir();
+    // Made before `TMPDIR` points at `tmp`, where nothing but the servers' directories may be.
+    let cache = tempfile::tempdir().unwrap();
     // SAFETY: set before any other thread of this test binary exists (the only test here, and
     // the runtime is built below), so nothing reads the environment concurrently.
     unsafe { std::env::set_var("TMPDIR", tmp.path()) };
@@ -22,7 +50,11 @@ fn a_dropped_start_leaves_nothing() {
         .enable_all()
         .build()
         .unwrap();
-    let options = ServerOptions::default();
+    // A private cache, empty: the first starts run initdb, the later ones copy the template.
+    let options = ServerOptions {
+        pg_template: TemplatePlace::In(cache.path().to_path_buf()),
+        ..ServerOptions::default()
+    };
 
     runtime.block_on(async {
         // Dropped after a timeout, on whichever thread polls it: before initdb, during initdb
@@ -43,10 +75,38 @@ fn a_dropped_start_leaves_nothing() {
                 servers.unwrap().shutdown().await;
             }
             assert_nothing_left(tmp.path(), &format!("start dropped after {ms} ms"));
+            only_templates(cache.path(), &format!("start dropped after {ms} ms"));
         }
         assert!(
             running_at_drop.iter().any(|p| p.contains("initdb")),
             "no drop happened while initdb ran: {running_at_drop:?}"
+        );
+        assert_eq!(
+            only_templates(cache.path(), "after the starts that finished"),
+            1,
+            "no template was made"
+        );
+
+        // With the template: dropped before, during and after the copy (a thousand files, on
+        // the disk `TMPDIR` is on), and while the server starts.
+        let mut copies_hit = 0;
+        for ms in (0..=100).step_by(5).chain([150, 200, 300, 500]) {
+            let mut start = Box::pin(Servers::start(&options, Needs::BOTH));
+            let started = tokio::select! {
+                started = &mut start => Some(started),
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => None,
+            };
+            copies_hit += usize::from(copy_under_way(tmp.path()));
+            drop(start);
+            if let Some(servers) = started {
+                servers.unwrap().shutdown().await;
+            }
+            assert_nothing_left(tmp.path(), &format!("copy dropped after {ms} ms"));
+            assert_eq!(only_templates(cache.path(), "after a dropped copy"), 1);
+        }
+        assert!(
+            copies_hit > 0,
+            "no drop happened while the template was copied"
         );
 
         // Aborted as a task: dropped on a worker thread, as a cancelled run is.
@@ -61,6 +121,7 @@ fn a_dropped_start_leaves_nothing() {
                 Err(e) => assert!(e.is_cancelled()),
             }
             assert_nothing_left(tmp.path(), &format!("start aborted after {ms} ms"));
+            only_templates(cache.path(), &format!("start aborted after {ms} ms"));
         }
 
         // Started and dropped instead of shut down: `Drop` stops and removes everything too.

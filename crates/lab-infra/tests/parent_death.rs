@@ -29,12 +29,15 @@ impl Drop for Killed {
 #[test]
 fn servers_die_with_the_lab_process_and_only_then() {
     let tmp = shared_tempdir();
+    // The template goes to a private cache, not the user's.
+    let cache = tempfile::tempdir().unwrap();
     let mut child = Killed(
         Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child_lab_process", "--ignored", "--nocapture"])
             .args(["--test-threads", "1"])
             .env(CHILD, "1")
             .env("TMPDIR", tmp.path())
+            .env("LAB_CACHE_DIR", cache.path())
             // Its end of this pipe closes when this process dies: the child then ends too.
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -1,15 +1,18 @@
 //! Given URLs with a query, run spaces built from several scripts, and `lab doctor`'s plan,
 //! against throwaway servers.
 
-use lab_infra::{Needs, Origin, RunSpace, ServerOptions, Servers};
+use lab_infra::{Needs, Origin, RunSpace, ServerOptions, Servers, TemplatePlace};
 
 /// A run's schema on a server given as `...?sslmode=disable`: the run's pool and its psql URL
 /// both work, and releasing the run drops its schema.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_given_url_with_a_query_works_for_a_run() {
-    let throwaway = Servers::start(&ServerOptions::default(), Needs::POSTGRES)
-        .await
-        .unwrap();
+    // Without a template: this test is about URLs, and must not touch the user's cache.
+    let no_template = ServerOptions {
+        pg_template: TemplatePlace::Off,
+        ..ServerOptions::default()
+    };
+    let throwaway = Servers::start(&no_template, Needs::POSTGRES).await.unwrap();
     let base = throwaway.postgres.as_ref().unwrap().url.clone();
     // The form learners export, with a query.
     let given = format!(
