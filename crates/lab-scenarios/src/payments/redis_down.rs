@@ -12,9 +12,8 @@
 //! its Redis client's retries.
 //!
 //! Facts: `charges_fail_open` = 2, `charges_fail_open_provider_dedup` = 1,
-//! `charges_fail_closed` = 0, `fail_closed_status` = 503, and `every_call_under_a_second` = true.
+//! `charges_fail_closed` = 0, `fail_closed_status` = 503, and `every_call_answered` = true.
 
-use std::time::{Duration, Instant};
 
 use lab_core::Msg;
 use lab_services::payments;
@@ -42,18 +41,16 @@ pub const SCENARIO: Scenario = Scenario {
 const K1: &str = "K1";
 const K2: &str = "K2";
 const K3: &str = "K3";
-/// What "bounded" means here: well under idempotency-kit's 6 s, with room for a busy machine.
-const BOUND: Duration = Duration::from_secs(1);
-
-/// Pays twice with `key` while Redis is cut; returns whether each call returned within [`BOUND`].
+/// Pays twice with `key` while Redis is cut; returns whether each call got an answer (a status)
+/// before the client's own timeout. The coordinator bounds each Redis command (250 ms), so a
+/// dead Redis costs a call a moment, not a hang; how long exactly depends on the machine, so the
+/// fact is the answer, not a duration.
 async fn pay_twice(ctx: &Ctx, key: &str) -> Result<bool, ScenarioError> {
-    let mut bounded = true;
+    let mut answered = true;
     for _ in 0..2 {
-        let started = Instant::now();
-        pay(ctx, key, AMOUNT).await?;
-        bounded &= started.elapsed() < BOUND;
+        answered &= pay(ctx, key, AMOUNT).await?.status.is_some();
     }
-    Ok(bounded)
+    Ok(answered)
 }
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
@@ -67,7 +64,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.side("side.fail_open");
     n.predict("predict").await?;
     n.step(Msg::new("step.two_calls").arg("key", K1)).await?;
-    let mut bounded = pay_twice(ctx, K1).await?;
+    let mut answered = pay_twice(ctx, K1).await?;
     show_records(ctx, &[K1]).await?;
     show_charges(ctx).await?;
     let fail_open = provider_charges(ctx, Some(&provider_key(K1))).await?.len();
@@ -76,7 +73,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 
     provider_dedup(ctx, true).await?;
     n.step(Msg::new("step.dedup").arg("key", K2)).await?;
-    bounded &= pay_twice(ctx, K2).await?;
+    answered &= pay_twice(ctx, K2).await?;
     let with_dedup = provider_charges(ctx, Some(&provider_key(K2))).await?.len();
     n.fact("charges_fail_open_provider_dedup", with_dedup);
     n.note(Msg::new("note.dedup").arg("charges", with_dedup));
@@ -85,19 +82,18 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     provider_dedup(ctx, false).await?;
     configure_payments(ctx, json!({"policy": "hardened"})).await?;
     n.step(Msg::new("step.fail_closed").arg("key", K3)).await?;
-    let started = Instant::now();
     let closed = pay(ctx, K3, AMOUNT).await?;
-    bounded &= started.elapsed() < BOUND;
+    answered &= closed.status.is_some();
     let fail_closed = provider_charges(ctx, Some(&provider_key(K3))).await?.len();
     show_charges(ctx).await?;
     n.fact("fail_closed_status", closed.status.unwrap_or_default());
     n.fact("charges_fail_closed", fail_closed);
 
-    n.fact("every_call_under_a_second", bounded);
-    n.note(if bounded {
-        "note.bounded"
+    n.fact("every_call_answered", answered);
+    n.note(if answered {
+        "note.answered"
     } else {
-        "note.not_bounded"
+        "note.not_answered"
     });
     n.explain();
     n.quiz();
