@@ -27,7 +27,7 @@ pub mod render;
 pub mod text;
 
 pub use checkpoint::Checkpoints;
-pub use event::{Event, Outcome, Table};
+pub use event::{Event, Fault, Outcome, Table};
 pub use facts::{FactCheck, Facts};
 pub use gate::{Gate, Quit};
 pub use lang::Lang;

@@ -115,7 +115,8 @@ pub async fn run(
     let space = RunSpace::create(servers, &tables).await?;
 
     let tasks = TaskTracker::new();
-    let checkpoints = Checkpoints::new();
+    // Where the run holds or orders requests, and what it breaks, are marked in its pictures.
+    let checkpoints = Checkpoints::narrated(narrator.clone());
     let started = async {
         // One-shot faults exist only in the embedded proxy; toxics work on either.
         let faults = match (&config.toxiproxy_url, requires.faults) {
@@ -124,7 +125,8 @@ pub async fn run(
                 Some(Faults::external(url, &space.run_id, &config.proxies).await?)
             }
             _ => Some(Faults::embedded(&space.run_id, &tasks).await?),
-        };
+        }
+        .map(|faults| faults.narrated(narrator.clone()));
         let stage_config = StageConfig {
             space: &space,
             narrator: Some(narrator.clone()),

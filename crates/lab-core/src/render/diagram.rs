@@ -13,42 +13,62 @@
 use std::fmt::Write as _;
 
 use crate::text::{Arg, COMMON};
-use crate::{Event, Lang, Msg, Outcome, Texts};
+use crate::{Event, Fault, Lang, Msg, Outcome, Texts};
 
 /// One thing in the picture.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mark {
-    /// `from` calls `to`.
+    /// `from` calls `to`; `timeout_ms` is how long the caller waits, when the story says.
     Call {
         from: usize,
         to: usize,
         label: String,
+        timeout_ms: Option<u64>,
     },
-    /// `from`'s answer reaches `to`, or (unknown) never does.
+    /// `from`'s answer reaches `to`, or (unknown) never does. `call` is the index of the
+    /// [`Mark::Call`] it answers, when known.
     Answer {
         from: usize,
         to: usize,
         outcome: Outcome,
         label: String,
+        call: Option<usize>,
     },
     /// Something a participant did or said.
     Note { at: usize, text: String },
     /// A step of the story.
     Step { text: String },
+    /// A fault put on (or taken off) the hop in front of a participant: `at`, when it has been
+    /// drawn already, else the one that will get the id `hop` (`service.<name>`). Only
+    /// [`Reader::with_faults`].
+    Fault {
+        at: Option<usize>,
+        hop: String,
+        fault: Fault,
+        label: String,
+    },
+    /// A participant reached a checkpoint the scenario holds. Only [`Reader::with_faults`].
+    Checkpoint { at: usize, label: String },
 }
 
 /// The participants (their names, in order of appearance) and the marks between them.
 #[derive(Debug, Default)]
 pub struct Picture {
     pub participants: Vec<String>,
+    /// The id of each participant: the key its name comes from (`worker.a`, `service.reports`),
+    /// the same in every language.
+    pub ids: Vec<String>,
     pub marks: Vec<Mark>,
 }
 
 impl Picture {
-    fn participant(&mut self, name: String) -> usize {
+    /// A participant by name: two keys with the same name (`worker.a`, `service.worker_a`) are
+    /// one lane. The id is the first key seen.
+    fn participant(&mut self, id: String, name: String) -> usize {
         match self.participants.iter().position(|p| *p == name) {
             Some(i) => i,
             None => {
+                self.ids.push(id);
                 self.participants.push(name);
                 self.participants.len() - 1
             }
@@ -66,43 +86,116 @@ fn next_service(msg: &Msg) -> Option<String> {
         })
 }
 
-/// Reads the events of one scenario run into a picture, in `lang`.
-pub fn calls(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
-    let mut picture = Picture::default();
-    let mut scope = COMMON.to_string();
-    // Open requests: (caller, callee), the most recent last.
-    let mut open: Vec<(usize, usize)> = Vec::new();
-    let label = |texts: &Texts, scope: &str, key: &str| texts.render(scope, lang, &Msg::new(key));
-    for event in events {
+/// Reads events one at a time into a [`Picture`]: what [`calls`] does for a whole run, and the
+/// web view does as events arrive.
+pub struct Reader {
+    lang: Lang,
+    picture: Picture,
+    scope: String,
+    /// Open requests: (caller, callee, index of the call's mark), the most recent last.
+    open: Vec<(usize, usize, usize)>,
+    /// Whether faults and checkpoints become marks (the terminal pictures leave them out).
+    faults: bool,
+}
+
+impl Reader {
+    /// A reader of calls, answers, notes and steps.
+    pub fn new(lang: Lang) -> Reader {
+        Reader {
+            lang,
+            picture: Picture::default(),
+            scope: COMMON.to_string(),
+            open: Vec::new(),
+            faults: false,
+        }
+    }
+
+    /// A reader that also marks faults and checkpoints.
+    pub fn with_faults(lang: Lang) -> Reader {
+        Reader {
+            faults: true,
+            ..Reader::new(lang)
+        }
+    }
+
+    pub fn picture(&self) -> &Picture {
+        &self.picture
+    }
+
+    pub fn into_picture(self) -> Picture {
+        self.picture
+    }
+
+    fn label(&self, texts: &Texts, key: &str) -> String {
+        texts.render(&self.scope, self.lang, &Msg::new(key))
+    }
+
+    /// A participant by the key of its name.
+    fn participant(&mut self, texts: &Texts, key: &str) -> usize {
+        let name = self.label(texts, key);
+        self.picture.participant(key.to_string(), name)
+    }
+
+    /// The latest call from `from` to `to` that has no answer yet.
+    fn unanswered(&self, from: usize, to: usize) -> Option<usize> {
+        let answered: Vec<usize> = self
+            .picture
+            .marks
+            .iter()
+            .filter_map(|m| match m {
+                Mark::Answer { call, .. } => *call,
+                _ => None,
+            })
+            .collect();
+        self.picture
+            .marks
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(i, m)| {
+                matches!(m, Mark::Call { from: f, to: t, .. } if *f == from && *t == to)
+                    && !answered.contains(i)
+            })
+            .map(|(i, _)| i)
+    }
+
+    /// Reads one event; returns how many marks it added (at the end of the picture's marks).
+    pub fn read(&mut self, texts: &Texts, event: &Event) -> usize {
+        let before = self.picture.marks.len();
+        let lang = self.lang;
         match event {
-            Event::Start { scenario } => scope = scenario.clone(),
-            Event::Step { number, text } => picture.marks.push(Mark::Step {
-                text: format!(
+            Event::Start { scenario } => self.scope = scenario.clone(),
+            Event::Step { number, text } => {
+                let text = format!(
                     "{number}. {}",
                     texts
-                        .render(&scope, lang, text)
+                        .render(&self.scope, lang, text)
                         .split_whitespace()
                         .collect::<Vec<_>>()
                         .join(" ")
-                ),
-            }),
-            Event::Request { text, from, to } => {
-                let (Some(from), Some(to)) = (from, to) else {
-                    continue;
-                };
-                let from = picture.participant(label(texts, &scope, from));
-                let to = picture.participant(label(texts, &scope, &format!("service.{to}")));
-                let told = texts.render(&scope, lang, text);
+                );
+                self.picture.marks.push(Mark::Step { text });
+            }
+            Event::Request {
+                text,
+                from: Some(from),
+                to: Some(to),
+                timeout_ms,
+            } => {
+                let from = self.participant(texts, from);
+                let to = self.participant(texts, &format!("service.{to}"));
+                let told = texts.render(&self.scope, lang, text);
                 // "who → service: POST …": the arrow already says who and where.
                 let short = told
                     .split_once(": ")
                     .map_or(told.clone(), |(_, rest)| rest.to_string());
-                picture.marks.push(Mark::Call {
+                self.open.push((from, to, self.picture.marks.len()));
+                self.picture.marks.push(Mark::Call {
                     from,
                     to,
                     label: short,
+                    timeout_ms: *timeout_ms,
                 });
-                open.push((from, to));
             }
             Event::Response {
                 outcome,
@@ -110,55 +203,93 @@ pub fn calls(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
                 detail,
                 ..
             } => {
-                let Some((caller, callee)) = open.pop() else {
-                    continue;
-                };
-                let mut label = label(texts, &scope, &format!("outcome.{}", outcome.word()));
-                if let Some(status) = status {
-                    let _ = write!(label, " {status}");
+                if let Some((caller, callee, call)) = self.open.pop() {
+                    let mut label = self.label(texts, &format!("outcome.{}", outcome.word()));
+                    if let Some(status) = status {
+                        let _ = write!(label, " {status}");
+                    }
+                    if let Some(detail) = detail {
+                        let _ = write!(label, ": {}", texts.render(&self.scope, lang, detail));
+                    }
+                    self.picture.marks.push(Mark::Answer {
+                        from: callee,
+                        to: caller,
+                        outcome: *outcome,
+                        label,
+                        call: Some(call),
+                    });
                 }
-                if let Some(detail) = detail {
-                    let _ = write!(label, ": {}", texts.render(&scope, lang, detail));
-                }
-                picture.marks.push(Mark::Answer {
-                    from: callee,
-                    to: caller,
-                    outcome: *outcome,
-                    label,
-                });
             }
             Event::Service { service, text } => {
-                let at = picture.participant(label(texts, &scope, &format!("service.{service}")));
-                let told = texts.render(&scope, lang, text);
-                let next = next_service(text)
-                    .map(|n| picture.participant(label(texts, &scope, &format!("service.{n}"))));
-                match (text.key.as_str(), next) {
-                    ("relay.calling", Some(next)) => picture.marks.push(Mark::Call {
+                let at = self.participant(texts, &format!("service.{service}"));
+                let told = texts.render(&self.scope, lang, text);
+                let next =
+                    next_service(text).map(|n| self.participant(texts, &format!("service.{n}")));
+                let mark = match (text.key.as_str(), next) {
+                    ("relay.calling", Some(next)) => Mark::Call {
                         from: at,
                         to: next,
                         label: told,
-                    }),
-                    ("relay.answered", Some(next)) => picture.marks.push(Mark::Answer {
+                        timeout_ms: None,
+                    },
+                    ("relay.answered", Some(next)) => Mark::Answer {
                         from: next,
                         to: at,
                         outcome: Outcome::Ok,
                         label: told,
-                    }),
-                    (key, Some(next)) if key.starts_with("relay.retrying") => {
-                        picture.marks.push(Mark::Answer {
-                            from: next,
-                            to: at,
-                            outcome: Outcome::Unknown,
-                            label: told,
-                        })
-                    }
-                    _ => picture.marks.push(Mark::Note { at, text: told }),
+                        call: self.unanswered(at, next),
+                    },
+                    (key, Some(next)) if key.starts_with("relay.retrying") => Mark::Answer {
+                        from: next,
+                        to: at,
+                        outcome: Outcome::Unknown,
+                        label: told,
+                        call: self.unanswered(at, next),
+                    },
+                    _ => Mark::Note { at, text: told },
+                };
+                self.picture.marks.push(mark);
+            }
+            Event::Fault { hop, fault } if self.faults => {
+                let mut label = Msg::new(format!("fault.{}", fault.word()));
+                if let Fault::Held { millis } = fault {
+                    label = label.arg("ms", i64::try_from(*millis).unwrap_or(i64::MAX));
                 }
+                let label = texts.render(&self.scope, lang, &label);
+                let hop = format!("service.{hop}");
+                let name = self.label(texts, &hop);
+                let at = self.picture.participants.iter().position(|p| *p == name);
+                self.picture.marks.push(Mark::Fault {
+                    at,
+                    hop,
+                    fault: *fault,
+                    label,
+                });
+            }
+            Event::Checkpoint { point } if self.faults => {
+                // Points are named `<service>.<where>`: the service is the lane.
+                let service = point.split('.').next().unwrap_or(point);
+                let at = self.participant(texts, &format!("service.{service}"));
+                let label = texts.render(
+                    &self.scope,
+                    lang,
+                    &Msg::new("fault.checkpoint").arg("point", point.as_str()),
+                );
+                self.picture.marks.push(Mark::Checkpoint { at, label });
             }
             _ => {}
         }
+        self.picture.marks.len() - before
     }
-    picture
+}
+
+/// Reads the events of one scenario run into a picture, in `lang`.
+pub fn calls(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
+    let mut reader = Reader::new(lang);
+    for event in events {
+        reader.read(texts, event);
+    }
+    reader.into_picture()
 }
 
 /// Mermaid text must not break its own syntax: no line breaks, no `;` (a statement separator).
@@ -176,7 +307,9 @@ pub fn mermaid(texts: &Texts, lang: Lang, events: &[Event]) -> String {
     }
     for mark in &picture.marks {
         match mark {
-            Mark::Call { from, to, label } => {
+            Mark::Call {
+                from, to, label, ..
+            } => {
                 let _ = writeln!(out, "    p{from}->>p{to}: {}", mermaid_text(label));
             }
             Mark::Answer {
@@ -184,6 +317,7 @@ pub fn mermaid(texts: &Texts, lang: Lang, events: &[Event]) -> String {
                 to,
                 outcome,
                 label,
+                ..
             } => {
                 let arrow = if *outcome == Outcome::Unknown {
                     "--x"
@@ -195,7 +329,7 @@ pub fn mermaid(texts: &Texts, lang: Lang, events: &[Event]) -> String {
             Mark::Note { at, text } => {
                 let _ = writeln!(out, "    Note over p{at}: {}", mermaid_text(text));
             }
-            Mark::Step { .. } => {}
+            Mark::Step { .. } | Mark::Fault { .. } | Mark::Checkpoint { .. } => {}
         }
     }
     out
@@ -223,6 +357,8 @@ pub fn swimlanes(texts: &Texts, lang: Lang, events: &[Event]) -> String {
             .map(|i| if i % LANE == 0 { '│' } else { ' ' })
             .collect();
         let line = match mark {
+            // The terminal reader leaves these out (see [`Reader::with_faults`]).
+            Mark::Fault { .. } | Mark::Checkpoint { .. } => continue,
             Mark::Step { text } => {
                 out.push_str(&format!("  {}\n", text));
                 continue;
@@ -231,7 +367,9 @@ pub fn swimlanes(texts: &Texts, lang: Lang, events: &[Event]) -> String {
                 cells[at * LANE] = '●';
                 row(cells, text)
             }
-            Mark::Call { from, to, label } => {
+            Mark::Call {
+                from, to, label, ..
+            } => {
                 draw(&mut cells, *from, *to, '─', '●', LANE);
                 row(cells, label)
             }
@@ -240,6 +378,7 @@ pub fn swimlanes(texts: &Texts, lang: Lang, events: &[Event]) -> String {
                 to,
                 outcome,
                 label,
+                ..
             } => {
                 let (fill, start) = if *outcome == Outcome::Unknown {
                     ('┄', '✗')
