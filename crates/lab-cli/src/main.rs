@@ -23,6 +23,7 @@ macro_rules! say {
 mod cli;
 mod commands;
 mod session;
+mod web;
 
 use std::process::ExitCode;
 use std::time::Duration;
