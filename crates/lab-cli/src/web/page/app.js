@@ -104,9 +104,9 @@ function relayoutMarksOnLanes() {
 
 function faultBadge(mark) {
   switch (mark.fault) {
-    case "held": return `⏳ ${mark.millis} ms`;
-    case "dropped": return "✂";
-    case "cut": return "⛔";
+    case "held": return word("web.held_badge", { ms: mark.millis });
+    case "dropped": return word("web.dropped_badge");
+    case "cut": return word("web.cut_badge");
     default: return "";
   }
 }
@@ -161,7 +161,7 @@ function draw(mark) {
         const waited = call.dataset.timeoutMs;
         if (mark.outcome === "unknown" && held && held.fault === "held" && waited) {
           versus = el("span", { class: "versus", "data-held-ms": held.millis, "data-timeout-ms": waited },
-            `⏳ ${held.millis} ms > ⌛ ${waited} ms`);
+            word("web.versus", { held: held.millis, waits: waited }));
         }
       }
       diagram.append(
@@ -305,7 +305,7 @@ function revealBlock(t) {
   }
   if (t.learner_right != null && view.learner) {
     const key = t.learner_right ? "label.learner_right" : "label.learner_wrong";
-    block.append(el("div", { class: `verdict ${t.learner_right ? "right" : "wrong"}`, "data-right": t.learner_right },
+    block.append(el("div", { class: `verdict ${t.learner_right ? "right" : "wrong"}`, "data-right": String(t.learner_right) },
       word(key, { answer: view.learner })));
   }
   view.predict = null;
@@ -407,7 +407,7 @@ function refreshBar() {
     text = word("web.disconnected");
     status.className = "lost";
   } else if (view.ended) {
-    text = word("web.ended");
+    text = word("web.over");
     status.className = "ended";
   } else if (view.pause) {
     text = view.pause.kind === "start"
