@@ -13,7 +13,7 @@ use lab_scenarios::{KeptRun, ScenarioError};
 
 use crate::cli::{ExportArg, FormatArg, Global, exit};
 use crate::session::{self, Failure, Guarded, Mode, Session};
-use crate::web::hub::{Hub, WebSink};
+use crate::web::hub::{Hub, PauseKind, WebSink};
 use crate::web::{self, WebServer};
 
 /// Tells how to look at a kept run (on stderr: run ids are not part of the narrative). A
@@ -330,6 +330,9 @@ async fn run_web(
         let mut passed = vec![true; scenarios.len()];
         let mut index = 0;
         let mut epoch = 0;
+        // Whether the scenario waits at its title for Next. After the one before it, the driver
+        // has just pressed Next on its end already.
+        let mut wait_to_start = true;
         loop {
             while let Some(&entry) = scenarios.get(index) {
                 let title = |lang: Lang| texts.render(entry.name, lang, &Msg::new("title"));
@@ -356,13 +359,24 @@ async fn run_web(
                     Some(terminal.clone()),
                 )));
                 let narrator = Narrator::new(Some(sink), gate);
+                let wait = wait_to_start;
                 let attempt = async {
-                    if !hub.wait_to_start(run_epoch).await {
-                        return Ok(None);
+                    if wait && !hub.wait_for_next(run_epoch, PauseKind::Start).await {
+                        return Ok::<_, ScenarioError>(None);
                     }
-                    lab_scenarios::run(entry, &servers, narrator, &session.library, &session.config)
-                        .await
-                        .map(Some)
+                    let report = lab_scenarios::run(
+                        entry,
+                        &servers,
+                        narrator,
+                        &session.library,
+                        &session.config,
+                    )
+                    .await?;
+                    // Another scenario follows: this one stays on the page until Next.
+                    if index + 1 < scenarios.len() {
+                        hub.wait_for_next(run_epoch, PauseKind::Next).await;
+                    }
+                    Ok(Some(report))
                 };
                 tokio::select! {
                     result = attempt => if let Some(report) = result? {
@@ -374,9 +388,11 @@ async fn run_web(
                         }
                         passed[index] = report.passed;
                         index += 1;
+                        wait_to_start = false;
                     },
                     _ = hub.restart_requested() => {
                         eprintln!("lab: web view: restarting {}", entry.name);
+                        wait_to_start = true;
                     }
                 }
             }
@@ -386,6 +402,7 @@ async fn run_web(
             hub.restart_requested().await;
             *finished.lock() = None;
             index = scenarios.len() - 1;
+            wait_to_start = true;
             eprintln!("lab: web view: restarting {}", scenarios[index].name);
         }
     };

@@ -33,6 +33,8 @@ const BROADCAST_CAPACITY: usize = 1024;
 pub enum PauseKind {
     /// Before a scenario starts.
     Start,
+    /// A scenario has ended and another follows: its page stays until Next.
+    Next,
     Step,
     Service,
     Predict,
@@ -43,6 +45,7 @@ impl PauseKind {
     fn word(self) -> &'static str {
         match self {
             PauseKind::Start => "start",
+            PauseKind::Next => "next",
             PauseKind::Step => "step",
             PauseKind::Service => "service",
             PauseKind::Predict => "predict",
@@ -221,11 +224,11 @@ impl Hub {
         );
     }
 
-    /// The run loop waits for Next before running a scenario. Returns false if the epoch ended
-    /// first (a restart).
-    pub async fn wait_to_start(&self, epoch: u64) -> bool {
+    /// The run loop waits for Next: before running a scenario ([`PauseKind::Start`]) or after
+    /// one that another follows ([`PauseKind::Next`]). Returns false if the epoch ended first.
+    pub async fn wait_for_next(&self, epoch: u64, kind: PauseKind) -> bool {
         let (tx, rx) = oneshot::channel();
-        self.wait_at(epoch, PauseKind::Start, Answerer::Loop(tx));
+        self.wait_at(epoch, kind, Answerer::Loop(tx));
         rx.await.is_ok()
     }
 
