@@ -292,6 +292,17 @@ async fn a_run_is_driven_over_http_and_malformed_requests_get_json_errors() {
         assert_eq!(waits.is_some(), ![2, 4].contains(&i), "call {i}: {request}");
     }
     assert_eq!(of("end").next().unwrap()["passed"], true);
+    // What the scenario broke and where it held a request are in the stream, to be drawn.
+    let faults: Vec<(Value, Value)> = of("fault")
+        .map(|m| (m["en"]["fault"].clone(), m["en"]["millis"].clone()))
+        .collect();
+    let (held, healed) = ((json!("held"), json!(900)), (json!("healed"), Value::Null));
+    assert_eq!(faults, [held.clone(), healed.clone(), held, healed]);
+    assert_eq!(
+        of("checkpoint").count(),
+        3,
+        "reports.answered, once per held call"
+    );
     assert_eq!(
         reveals,
         [json!(true), Value::Null],
