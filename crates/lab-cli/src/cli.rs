@@ -128,6 +128,18 @@ pub enum Command {
         /// of the real run, the facts) for slides
         #[arg(long, value_enum, value_name = "FORMAT")]
         export: Option<ExportArg>,
+        /// Show the run live on a web page for a projector (a sequence diagram, the story, the
+        /// tables, the predictions as buttons) and drive it from there: it starts paused, and
+        /// the page's Next steps it as Enter does with --step
+        #[arg(long, conflicts_with_all = ["export", "quiz"])]
+        web: bool,
+        /// Where the page listens [default: 127.0.0.1 on a free port]; an address other than
+        /// loopback (e.g. 0.0.0.0:8080) lets a classroom network watch
+        #[arg(long, value_name = "ADDR", requires = "web", value_parser = parse_bind)]
+        web_bind: Option<std::net::SocketAddr>,
+        /// Do not open the page in the default browser (it is never opened without a display)
+        #[arg(long, requires = "web")]
+        no_open: bool,
     },
     /// Run scenarios headless and compare facts and narratives (ru and en) with scenarios/
     Check {
@@ -197,6 +209,20 @@ pub enum SoakTarget {
 pub enum Protections {
     On,
     Off,
+}
+
+/// `--web-bind`: `IP:PORT`, or an IP alone (a free port).
+fn parse_bind(value: &str) -> Result<std::net::SocketAddr, String> {
+    value
+        .parse::<std::net::SocketAddr>()
+        .or_else(|_| {
+            value
+                .parse::<std::net::IpAddr>()
+                .map(|ip| std::net::SocketAddr::new(ip, 0))
+        })
+        .map_err(|_| {
+            format!("`{value}` is not an address: expected IP:PORT (127.0.0.1:8080, 0.0.0.0:8080) or an IP")
+        })
 }
 
 /// What `lab run --export` writes.

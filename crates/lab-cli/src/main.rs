@@ -24,6 +24,7 @@ mod cli;
 mod commands;
 mod logging;
 mod session;
+mod web;
 mod words;
 
 use std::process::ExitCode;

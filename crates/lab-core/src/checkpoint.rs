@@ -15,6 +15,8 @@ use parking_lot::Mutex;
 
 use tokio::sync::Barrier;
 
+use crate::{Event, Narrator};
+
 /// A boxed future, so hooks of different types can live in one map.
 pub type HookFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -25,6 +27,9 @@ pub type Hook = Arc<dyn Fn() -> HookFuture + Send + Sync>;
 #[derive(Clone, Default)]
 pub struct Checkpoints {
     hooks: Arc<Mutex<HashMap<String, Hook>>>,
+    /// Told when a service reaches a point that has a hook ([`Event::Checkpoint`]), so pictures
+    /// can mark where the scenario held or ordered a request.
+    narrator: Option<Narrator>,
 }
 
 impl Checkpoints {
@@ -32,11 +37,24 @@ impl Checkpoints {
         Checkpoints::default()
     }
 
+    /// A registry that reports every point reached with a hook installed to `narrator`.
+    pub fn narrated(narrator: Narrator) -> Checkpoints {
+        Checkpoints {
+            hooks: Arc::default(),
+            narrator: Some(narrator),
+        }
+    }
+
     /// Called by a service at a named point; runs the hook installed there, if any.
     pub async fn reached(&self, point: &str) {
         // Clone the hook out so the lock is not held while the hook waits.
         let hook = self.hooks.lock().get(point).cloned();
         if let Some(hook) = hook {
+            if let Some(narrator) = &self.narrator {
+                narrator.emit(Event::Checkpoint {
+                    point: point.to_string(),
+                });
+            }
             hook().await;
         }
     }
@@ -125,5 +143,18 @@ mod tests {
         points.reached("p").await;
         points.reached("other").await;
         assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_points_with_a_hook_are_reported() {
+        let narrator = Narrator::recording();
+        let points = Checkpoints::narrated(narrator.clone());
+        points.reached("nobody.holds").await;
+        points.barrier("p", 1);
+        points.reached("p").await;
+        assert_eq!(
+            narrator.events(),
+            vec![Event::Checkpoint { point: "p".into() }]
+        );
     }
 }

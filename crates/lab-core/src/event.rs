@@ -29,6 +29,32 @@ impl Outcome {
     }
 }
 
+/// What a fault on a hop does, as a picture marks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// Every answer is held this long on its way back (a downstream latency toxic).
+    Held { millis: u64 },
+    /// The next answer is dropped after the work was done (a one-shot fault).
+    Dropped,
+    /// Nothing gets through: a black hole, or the hop taken off the network.
+    Cut,
+    /// The fault is taken off: the hop is healthy again.
+    Healed,
+}
+
+impl Fault {
+    /// The word used in JSON and in message keys (`fault.held`, …).
+    pub fn word(self) -> &'static str {
+        match self {
+            Fault::Held { .. } => "held",
+            Fault::Dropped => "dropped",
+            Fault::Cut => "cut",
+            Fault::Healed => "healed",
+        }
+    }
+}
+
 /// A snapshot of the rows or keys that matter at a moment of the story.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Table {
@@ -88,6 +114,9 @@ pub enum Event {
         text: Msg,
         from: Option<String>,
         to: Option<String>,
+        /// How long the caller waits for the answer, when its client has a timeout the story
+        /// is about (drawn beside the call; the text says it in words already).
+        timeout_ms: Option<u64>,
     },
     /// What the caller of the last request saw.
     Response {
@@ -105,6 +134,12 @@ pub enum Event {
     Executed(Executed),
     /// The rows or keys that matter, read from the real servers.
     State { table: Table },
+    /// A fault put on the hop in front of the service `hop` (or taken off it). Drawn in
+    /// pictures and the web view, not told: the step that breaks the hop says it in words.
+    Fault { hop: String, fault: Fault },
+    /// A service reached a checkpoint where the scenario holds or orders requests (one with a
+    /// hook installed; points nobody holds are not reported). Drawn, not told.
+    Checkpoint { point: String },
     /// A remark in the story.
     Note { text: Msg },
     /// A question asked before the decisive step; `prefix.question` and `prefix.options`.

@@ -29,7 +29,7 @@ pub mod text;
 pub mod trace;
 
 pub use checkpoint::Checkpoints;
-pub use event::{CodePlace, Event, Executed, Outcome, Server, Table};
+pub use event::{CodePlace, Event, Executed, Fault, Outcome, Server, Table};
 pub use facts::{FactCheck, Facts};
 pub use gate::{Gate, Quit};
 pub use lang::Lang;

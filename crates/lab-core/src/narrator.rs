@@ -7,13 +7,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use serde_json::Value;
 
 use crate::gate::Pause;
-use crate::{Event, Facts, Gate, Msg, Outcome, Quit, Table, facts};
+use crate::{Event, Facts, Fault, Gate, Msg, Outcome, Quit, Table, facts};
 
 /// Where events go as they happen: a renderer writing to stdout, usually.
 pub trait Sink: Send {
@@ -127,6 +128,7 @@ impl Narrator {
             text: text.into(),
             from: None,
             to: None,
+            timeout_ms: None,
         });
     }
 
@@ -137,6 +139,26 @@ impl Narrator {
             text: text.into(),
             from: Some(from.to_string()),
             to: Some(to.to_string()),
+            timeout_ms: None,
+        });
+    }
+
+    /// [`Narrator::call`] from a caller whose client gives up after `timeout`: pictures show
+    /// how long it waits beside the call.
+    pub fn call_waiting(&self, from: &str, to: &str, text: impl Into<Msg>, timeout: Duration) {
+        self.emit(Event::Request {
+            text: text.into(),
+            from: Some(from.to_string()),
+            to: Some(to.to_string()),
+            timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        });
+    }
+
+    /// A fault put on (or taken off) the hop in front of the service `hop`.
+    pub fn fault(&self, hop: &str, fault: Fault) {
+        self.emit(Event::Fault {
+            hop: hop.to_string(),
+            fault,
         });
     }
 

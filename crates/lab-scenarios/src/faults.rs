@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use faultproxy::client::{ClientError, ToxiproxyClient};
-use faultproxy::{FaultProxy, Stream, Toxic, ToxicKind};
+use faultproxy::{ArmedFault, FaultProxy, Stream, Toxic, ToxicKind};
+use lab_core::{Fault, Narrator};
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -71,10 +72,15 @@ pub struct Faults {
     /// Where proxies on a given Toxiproxy are recorded until deleted (`None`: embedded, whose
     /// proxies stop when this `Faults` is dropped).
     ledger: Option<ProxyLedger>,
+    /// Told of every fault put on or taken off a hop ([`lab_core::Event::Fault`]), so the
+    /// pictures of a run mark it. `None` in `lab serve`, where the class breaks hops by hand.
+    narrator: Option<Narrator>,
 }
 
 /// A toxic added to a hop, to be removed again.
 pub struct ToxicHandle {
+    /// The hop as the scenario names it (the service's name), for the narrator.
+    hop: String,
     proxy: String,
     name: String,
 }
@@ -108,6 +114,7 @@ impl Faults {
             embedded: Some(Embedded { proxies, stop, api }),
             prefix: prefix.to_string(),
             ledger: None,
+            narrator: None,
         })
     }
 
@@ -124,7 +131,20 @@ impl Faults {
             embedded: None,
             prefix: format!("lab_{run_id}_"),
             ledger: Some(ledger.clone()),
+            narrator: None,
         })
+    }
+
+    /// Tells `narrator` of every fault put on or taken off a hop from now on.
+    pub fn narrated(mut self, narrator: Narrator) -> Faults {
+        self.narrator = Some(narrator);
+        self
+    }
+
+    fn mark(&self, hop: &str, fault: Fault) {
+        if let Some(narrator) = &self.narrator {
+            narrator.fault(hop, fault);
+        }
     }
 
     /// Whether the proxies are the lab's own (needed for one-shot faults).
@@ -179,17 +199,20 @@ impl Faults {
             Stream::Downstream,
         );
         let created = self.client.add_toxic(&proxy, &toxic).await?;
+        self.mark(hop, Fault::Held { millis });
         Ok(ToxicHandle {
+            hop: hop.to_string(),
             proxy,
             name: created.name,
         })
     }
 
-    /// Adds any toxic to a hop.
+    /// Adds any toxic to a hop (not marked in pictures: the caller knows what it means).
     pub async fn add_toxic(&self, hop: &str, toxic: &Toxic) -> Result<ToxicHandle, ClientError> {
         let proxy = self.full_name(hop);
         let created = self.client.add_toxic(&proxy, toxic).await?;
         Ok(ToxicHandle {
+            hop: hop.to_string(),
             proxy,
             name: created.name,
         })
@@ -203,29 +226,44 @@ impl Faults {
             Toxic::new(ToxicKind::Timeout { timeout: 0 }, stream)
                 .named(format!("black_hole_{}", stream.as_str()))
         };
-        Ok([
+        let toxics = [
             self.add_toxic(hop, &toxic(Stream::Upstream)).await?,
             self.add_toxic(hop, &toxic(Stream::Downstream)).await?,
-        ])
+        ];
+        self.mark(hop, Fault::Cut);
+        Ok(toxics)
     }
 
     /// Takes a hop off the network (refused connections, open ones cut) or puts it back.
     pub async fn set_enabled(&self, hop: &str, enabled: bool) -> Result<(), ClientError> {
         self.client
             .set_enabled(&self.full_name(hop), enabled)
-            .await
-            .map(drop)
+            .await?;
+        self.mark(hop, if enabled { Fault::Healed } else { Fault::Cut });
+        Ok(())
     }
 
     /// Removes a toxic: the hop is healthy again.
     pub async fn remove(&self, toxic: ToxicHandle) -> Result<(), ClientError> {
-        self.client.remove_toxic(&toxic.proxy, &toxic.name).await
+        self.client.remove_toxic(&toxic.proxy, &toxic.name).await?;
+        self.mark(&toxic.hop, Fault::Healed);
+        Ok(())
     }
 
     /// The embedded proxy of a hop, for one-shot faults. `None` with an external Toxiproxy.
     pub fn embedded_proxy(&self, hop: &str) -> Option<faultproxy::Proxy> {
         let embedded = self.embedded.as_ref()?;
         embedded.proxies.get(&self.full_name(hop))
+    }
+
+    /// Arms "the answer is lost after the work was done" for the next connection to `hop` (a
+    /// one-shot fault of the embedded proxy). `None` with an external Toxiproxy.
+    pub fn drop_next_answer(&self, hop: &str) -> Option<ArmedFault> {
+        let armed = self
+            .embedded_proxy(hop)?
+            .arm(faultproxy::Fault::ResponseLostAfterCommit, 1);
+        self.mark(hop, Fault::Dropped);
+        Some(armed)
     }
 
     /// Ends the run's fault plane: deletes the proxies this run created on a given Toxiproxy (it

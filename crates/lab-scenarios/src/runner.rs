@@ -132,7 +132,8 @@ async fn run_in_span(
     let space = backstage(RunSpace::create(servers, &tables)).await?;
 
     let tasks = TaskTracker::new();
-    let checkpoints = Checkpoints::new();
+    // Where the run holds or orders requests, and what it breaks, are marked in its pictures.
+    let checkpoints = Checkpoints::narrated(narrator.clone());
     let started = async {
         // One-shot faults exist only in the embedded proxy; toxics work on either.
         let faults = match (&config.toxiproxy_url, requires.faults) {
@@ -141,7 +142,8 @@ async fn run_in_span(
                 Some(Faults::external(url, &space.run_id, &config.proxies).await?)
             }
             _ => Some(Faults::embedded(&space.run_id, &tasks).await?),
-        };
+        }
+        .map(|faults| faults.narrated(narrator.clone()));
         let stage_config = StageConfig {
             space: &space,
             narrator: Some(narrator.clone()),

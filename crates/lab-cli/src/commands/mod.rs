@@ -27,13 +27,20 @@ pub async fn dispatch(cli: Cli) -> u8 {
             diagram,
             artifacts,
             export,
+            web,
+            web_bind,
+            no_open,
         } => {
             let pictures = run::Pictures {
                 diagram: *diagram,
                 artifacts: artifacts.clone(),
                 export: *export,
             };
-            run::run(&cli.global, names, set, &pictures).await
+            let web = web.then(|| run::Web {
+                bind: web_bind.unwrap_or_else(|| (std::net::Ipv4Addr::LOCALHOST, 0).into()),
+                open: !no_open,
+            });
+            run::run(&cli.global, names, set, &pictures, web.as_ref()).await
         }
         Command::Check { names, bless } => check::check(&cli.global, names, *bless).await,
         Command::Doctor => doctor::doctor(&cli.global).await,

@@ -7,8 +7,9 @@
 //! (`--diagram`), one per participant.
 //!
 //! The SQL statements and Redis commands a run executed ([`Event::Executed`]) are arrows too,
-//! into a lane of their own: our database (the scenario's own tables), each service's database,
-//! Redis. So `timeout` reads request → INSERT → COMMIT → the client gives up.
+//! into lanes of their own, drawn right of everyone else: our database (the scenario's own
+//! tables), each service's database, Redis. So `timeout` reads request → INSERT → COMMIT → the
+//! client gives up. (The web view draws the calls between participants only.)
 //!
 //! The relays of the chain report their calls as service messages (`relay.calling`,
 //! `relay.answered`, `relay.retrying_*`); their arguments name the service called, which is how
@@ -17,42 +18,62 @@
 use std::fmt::Write as _;
 
 use crate::text::{Arg, COMMON};
-use crate::{Event, Executed, Lang, Msg, Outcome, Server, Texts};
+use crate::{Event, Executed, Fault, Lang, Msg, Outcome, Server, Texts};
 
 /// One thing in the picture.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mark {
-    /// `from` calls `to`.
+    /// `from` calls `to`; `timeout_ms` is how long the caller waits, when the story says.
     Call {
         from: usize,
         to: usize,
         label: String,
+        timeout_ms: Option<u64>,
     },
-    /// `from`'s answer reaches `to`, or (unknown) never does.
+    /// `from`'s answer reaches `to`, or (unknown) never does. `call` is the index of the
+    /// [`Mark::Call`] it answers, when known.
     Answer {
         from: usize,
         to: usize,
         outcome: Outcome,
         label: String,
+        call: Option<usize>,
     },
     /// Something a participant did or said.
     Note { at: usize, text: String },
     /// A step of the story.
     Step { text: String },
+    /// A fault put on (or taken off) the hop in front of a participant: `at`, when it has been
+    /// drawn already, else the one that will get the id `hop` (`service.<name>`). Only
+    /// [`Reader::with_faults`].
+    Fault {
+        at: Option<usize>,
+        hop: String,
+        fault: Fault,
+        label: String,
+    },
+    /// A participant reached a checkpoint the scenario holds. Only [`Reader::with_faults`].
+    Checkpoint { at: usize, label: String },
 }
 
 /// The participants (their names, in order of appearance) and the marks between them.
 #[derive(Debug, Default)]
 pub struct Picture {
     pub participants: Vec<String>,
+    /// The id of each participant: the key its name comes from (`worker.a`, `service.reports`),
+    /// the same in every language.
+    pub ids: Vec<String>,
     pub marks: Vec<Mark>,
 }
 
 impl Picture {
-    fn participant(&mut self, name: String) -> usize {
+    /// A participant by name: two keys with the same name (`worker.a`, `service.worker_a`) are
+    /// one lane. The id is the first key seen.
+    fn participant(&mut self, id: String, name: String) -> usize {
         match self.participants.iter().position(|p| *p == name) {
             Some(i) => i,
             None => {
+                self.ids.push(id);
                 self.participants.push(name);
                 self.participants.len() - 1
             }
@@ -70,6 +91,250 @@ fn next_service(msg: &Msg) -> Option<String> {
         })
 }
 
+/// Reads events one at a time into a [`Picture`]: what [`calls`] does for a whole run, and the
+/// web view does as events arrive.
+pub struct Reader {
+    lang: Lang,
+    picture: Picture,
+    scope: String,
+    /// Open requests: (caller, callee, index of the call's mark), the most recent last.
+    open: Vec<(usize, usize, usize)>,
+    /// Whether faults and checkpoints become marks (the terminal pictures leave them out).
+    faults: bool,
+    /// Whether statements and commands become arrows into database and Redis lanes (the
+    /// terminal and Mermaid pictures draw them; the web view leaves them out).
+    stores: bool,
+    /// The lanes of databases and Redis, to move right of the others at the end.
+    store_lanes: Vec<usize>,
+}
+
+impl Reader {
+    /// A reader of calls, answers, notes and steps.
+    pub fn new(lang: Lang) -> Reader {
+        Reader {
+            lang,
+            picture: Picture::default(),
+            scope: COMMON.to_string(),
+            open: Vec::new(),
+            faults: false,
+            stores: false,
+            store_lanes: Vec::new(),
+        }
+    }
+
+    /// A reader that also draws statements and commands into database and Redis lanes.
+    pub fn with_stores(lang: Lang) -> Reader {
+        Reader {
+            stores: true,
+            ..Reader::new(lang)
+        }
+    }
+
+    /// A reader that also marks faults and checkpoints.
+    pub fn with_faults(lang: Lang) -> Reader {
+        Reader {
+            faults: true,
+            ..Reader::new(lang)
+        }
+    }
+
+    pub fn picture(&self) -> &Picture {
+        &self.picture
+    }
+
+    /// The picture, with the database and Redis lanes moved right of every other lane.
+    pub fn into_picture(self) -> Picture {
+        stores_last(self.picture, &self.store_lanes)
+    }
+
+    fn label(&self, texts: &Texts, key: &str) -> String {
+        texts.render(&self.scope, self.lang, &Msg::new(key))
+    }
+
+    /// A participant by the key of its name.
+    fn participant(&mut self, texts: &Texts, key: &str) -> usize {
+        let name = self.label(texts, key);
+        self.picture.participant(key.to_string(), name)
+    }
+
+    /// The latest call from `from` to `to` that has no answer yet.
+    fn unanswered(&self, from: usize, to: usize) -> Option<usize> {
+        let answered: Vec<usize> = self
+            .picture
+            .marks
+            .iter()
+            .filter_map(|m| match m {
+                Mark::Answer { call, .. } => *call,
+                _ => None,
+            })
+            .collect();
+        self.picture
+            .marks
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(i, m)| {
+                matches!(m, Mark::Call { from: f, to: t, .. } if *f == from && *t == to)
+                    && !answered.contains(i)
+            })
+            .map(|(i, _)| i)
+    }
+
+    /// Reads one event; returns how many marks it added (at the end of the picture's marks).
+    pub fn read(&mut self, texts: &Texts, event: &Event) -> usize {
+        let before = self.picture.marks.len();
+        let lang = self.lang;
+        match event {
+            Event::Start { scenario } => self.scope = scenario.clone(),
+            Event::Step { number, text } => {
+                let text = format!(
+                    "{number}. {}",
+                    texts
+                        .render(&self.scope, lang, text)
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                );
+                self.picture.marks.push(Mark::Step { text });
+            }
+            Event::Request {
+                text,
+                from: Some(from),
+                to: Some(to),
+                timeout_ms,
+            } => {
+                let from = self.participant(texts, from);
+                let to = self.participant(texts, &format!("service.{to}"));
+                let told = texts.render(&self.scope, lang, text);
+                // "who → service: POST …": the arrow already says who and where.
+                let short = told
+                    .split_once(": ")
+                    .map_or(told.clone(), |(_, rest)| rest.to_string());
+                self.open.push((from, to, self.picture.marks.len()));
+                self.picture.marks.push(Mark::Call {
+                    from,
+                    to,
+                    label: short,
+                    timeout_ms: *timeout_ms,
+                });
+            }
+            Event::Response {
+                outcome,
+                status,
+                detail,
+                ..
+            } => {
+                if let Some((caller, callee, call)) = self.open.pop() {
+                    let mut label = self.label(texts, &format!("outcome.{}", outcome.word()));
+                    if let Some(status) = status {
+                        let _ = write!(label, " {status}");
+                    }
+                    if let Some(detail) = detail {
+                        let _ = write!(label, ": {}", texts.render(&self.scope, lang, detail));
+                    }
+                    self.picture.marks.push(Mark::Answer {
+                        from: callee,
+                        to: caller,
+                        outcome: *outcome,
+                        label,
+                        call: Some(call),
+                    });
+                }
+            }
+            Event::Service { service, text } => {
+                let at = self.participant(texts, &format!("service.{service}"));
+                let told = texts.render(&self.scope, lang, text);
+                let next =
+                    next_service(text).map(|n| self.participant(texts, &format!("service.{n}")));
+                let mark = match (text.key.as_str(), next) {
+                    ("relay.calling", Some(next)) => Mark::Call {
+                        from: at,
+                        to: next,
+                        label: told,
+                        timeout_ms: None,
+                    },
+                    ("relay.answered", Some(next)) => Mark::Answer {
+                        from: next,
+                        to: at,
+                        outcome: Outcome::Ok,
+                        label: told,
+                        call: self.unanswered(at, next),
+                    },
+                    (key, Some(next)) if key.starts_with("relay.retrying") => Mark::Answer {
+                        from: next,
+                        to: at,
+                        outcome: Outcome::Unknown,
+                        label: told,
+                        call: self.unanswered(at, next),
+                    },
+                    _ => Mark::Note { at, text: told },
+                };
+                self.picture.marks.push(mark);
+            }
+            Event::Executed(executed) if self.stores => {
+                let from = match &executed.by {
+                    Some(service) => self.participant(texts, &format!("service.{service}")),
+                    None => self.participant(texts, "lane.ours"),
+                };
+                let (id, name) = match (&executed.server, &executed.by) {
+                    (Server::Redis, _) => ("redis".to_string(), "Redis".to_string()),
+                    (Server::Postgres, None) => {
+                        ("lane.our_db".to_string(), self.label(texts, "lane.our_db"))
+                    }
+                    (Server::Postgres, Some(service)) => (
+                        format!("lane.service_db.{service}"),
+                        texts.render(
+                            &self.scope,
+                            lang,
+                            &Msg::new("lane.service_db")
+                                .arg("service", Msg::new(format!("service.{service}"))),
+                        ),
+                    ),
+                };
+                let to = self.picture.participant(id, name);
+                if !self.store_lanes.contains(&to) {
+                    self.store_lanes.push(to);
+                }
+                self.picture.marks.push(Mark::Call {
+                    from,
+                    to,
+                    label: executed_label(executed),
+                    timeout_ms: None,
+                });
+            }
+            Event::Fault { hop, fault } if self.faults => {
+                let mut label = Msg::new(format!("fault.{}", fault.word()));
+                if let Fault::Held { millis } = fault {
+                    label = label.arg("ms", i64::try_from(*millis).unwrap_or(i64::MAX));
+                }
+                let label = texts.render(&self.scope, lang, &label);
+                let hop = format!("service.{hop}");
+                let name = self.label(texts, &hop);
+                let at = self.picture.participants.iter().position(|p| *p == name);
+                self.picture.marks.push(Mark::Fault {
+                    at,
+                    hop,
+                    fault: *fault,
+                    label,
+                });
+            }
+            Event::Checkpoint { point } if self.faults => {
+                // Points are named `<service>.<where>`: the service is the lane.
+                let service = point.split('.').next().unwrap_or(point);
+                let at = self.participant(texts, &format!("service.{service}"));
+                let label = texts.render(
+                    &self.scope,
+                    lang,
+                    &Msg::new("fault.checkpoint").arg("point", point.as_str()),
+                );
+                self.picture.marks.push(Mark::Checkpoint { at, label });
+            }
+            _ => {}
+        }
+        self.picture.marks.len() - before
+    }
+}
+
 /// A statement or command as an arrow's label: what it did to what, and the server's answer
 /// (`INSERT INTO reports → INSERT 0 1`, `SET …:K1 … NX GET PX 30000 → (nil)`).
 fn executed_label(executed: &Executed) -> String {
@@ -82,13 +347,11 @@ fn executed_label(executed: &Executed) -> String {
         }
     };
     let words: Vec<&str> = executed.text.split_whitespace().collect();
-    let upper = |i: usize| words.get(i).map(|w| w.to_ascii_uppercase());
+    let first_words = |n: usize| words.iter().take(n).copied().collect::<Vec<_>>().join(" ");
     let what = match executed.server {
-        Server::Postgres => match upper(0).as_deref() {
-            Some("INSERT") | Some("DELETE") => {
-                words.iter().take(3).copied().collect::<Vec<_>>().join(" ")
-            }
-            Some("UPDATE") => words.iter().take(2).copied().collect::<Vec<_>>().join(" "),
+        Server::Postgres => match words.first().map(|w| w.to_ascii_uppercase()).as_deref() {
+            Some("INSERT") | Some("DELETE") => first_words(3),
+            Some("UPDATE") => first_words(2),
             Some("SELECT") | Some("WITH") => {
                 match words.iter().position(|w| w.eq_ignore_ascii_case("FROM")) {
                     Some(from) => format!("SELECT … FROM {}", words.get(from + 1).unwrap_or(&"")),
@@ -98,9 +361,8 @@ fn executed_label(executed: &Executed) -> String {
             _ => cut(&executed.text),
         },
         // The run's key prefix (`lab:1a2b3c4d:`) says nothing about the story.
-        Server::Redis => cut(&executed
-            .text
-            .split_whitespace()
+        Server::Redis => cut(&words
+            .iter()
             .map(|w| match w.find("lab:") {
                 Some(0) | Some(1) => w
                     .splitn(3, ':')
@@ -118,159 +380,60 @@ fn executed_label(executed: &Executed) -> String {
     }
 }
 
-/// Reads the events of one scenario run into a picture, in `lang`.
-pub fn calls(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
-    let mut picture = Picture::default();
-    let mut scope = COMMON.to_string();
-    // The databases and Redis: drawn to the right of everyone who talks to them.
-    let mut stores: Vec<usize> = Vec::new();
-    // Open requests: (caller, callee), the most recent last.
-    let mut open: Vec<(usize, usize)> = Vec::new();
-    let label = |texts: &Texts, scope: &str, key: &str| texts.render(scope, lang, &Msg::new(key));
-    for event in events {
-        match event {
-            Event::Start { scenario } => scope = scenario.clone(),
-            Event::Step { number, text } => picture.marks.push(Mark::Step {
-                text: format!(
-                    "{number}. {}",
-                    texts
-                        .render(&scope, lang, text)
-                        .split_whitespace()
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                ),
-            }),
-            Event::Request { text, from, to } => {
-                let (Some(from), Some(to)) = (from, to) else {
-                    continue;
-                };
-                let from = picture.participant(label(texts, &scope, from));
-                let to = picture.participant(label(texts, &scope, &format!("service.{to}")));
-                let told = texts.render(&scope, lang, text);
-                // "who → service: POST …": the arrow already says who and where.
-                let short = told
-                    .split_once(": ")
-                    .map_or(told.clone(), |(_, rest)| rest.to_string());
-                picture.marks.push(Mark::Call {
-                    from,
-                    to,
-                    label: short,
-                });
-                open.push((from, to));
-            }
-            Event::Response {
-                outcome,
-                status,
-                detail,
-                ..
-            } => {
-                let Some((caller, callee)) = open.pop() else {
-                    continue;
-                };
-                let mut label = label(texts, &scope, &format!("outcome.{}", outcome.word()));
-                if let Some(status) = status {
-                    let _ = write!(label, " {status}");
-                }
-                if let Some(detail) = detail {
-                    let _ = write!(label, ": {}", texts.render(&scope, lang, detail));
-                }
-                picture.marks.push(Mark::Answer {
-                    from: callee,
-                    to: caller,
-                    outcome: *outcome,
-                    label,
-                });
-            }
-            Event::Executed(executed) => {
-                let from = match &executed.by {
-                    Some(service) => label(texts, &scope, &format!("service.{service}")),
-                    None => label(texts, &scope, "lane.ours"),
-                };
-                let store = match (&executed.server, &executed.by) {
-                    (Server::Redis, _) => "Redis".to_string(),
-                    (Server::Postgres, None) => label(texts, &scope, "lane.our_db"),
-                    (Server::Postgres, Some(service)) => texts.render(
-                        &scope,
-                        lang,
-                        &Msg::new("lane.service_db")
-                            .arg("service", Msg::new(format!("service.{service}"))),
-                    ),
-                };
-                let from = picture.participant(from);
-                let to = picture.participant(store);
-                if !stores.contains(&to) {
-                    stores.push(to);
-                }
-                picture.marks.push(Mark::Call {
-                    from,
-                    to,
-                    label: executed_label(executed),
-                });
-            }
-            Event::Service { service, text } => {
-                let at = picture.participant(label(texts, &scope, &format!("service.{service}")));
-                let told = texts.render(&scope, lang, text);
-                let next = next_service(text)
-                    .map(|n| picture.participant(label(texts, &scope, &format!("service.{n}"))));
-                match (text.key.as_str(), next) {
-                    ("relay.calling", Some(next)) => picture.marks.push(Mark::Call {
-                        from: at,
-                        to: next,
-                        label: told,
-                    }),
-                    ("relay.answered", Some(next)) => picture.marks.push(Mark::Answer {
-                        from: next,
-                        to: at,
-                        outcome: Outcome::Ok,
-                        label: told,
-                    }),
-                    (key, Some(next)) if key.starts_with("relay.retrying") => {
-                        picture.marks.push(Mark::Answer {
-                            from: next,
-                            to: at,
-                            outcome: Outcome::Unknown,
-                            label: told,
-                        })
-                    }
-                    _ => picture.marks.push(Mark::Note { at, text: told }),
-                }
-            }
-            _ => {}
-        }
-    }
-    stores_last(picture, &stores)
-}
-
-/// Moves the store lanes to the right, keeping every other lane's order.
+/// Moves the lanes in `stores` right of every other lane, keeping each group's order.
 fn stores_last(picture: Picture, stores: &[usize]) -> Picture {
-    let order: Vec<usize> = (0..picture.participants.len())
+    let count = picture.participants.len();
+    let order: Vec<usize> = (0..count)
         .filter(|i| !stores.contains(i))
-        .chain((0..picture.participants.len()).filter(|i| stores.contains(i)))
+        .chain((0..count).filter(|i| stores.contains(i)))
         .collect();
-    let new_index = |old: usize| order.iter().position(|&i| i == old).unwrap_or(old);
+    let moved = |old: usize| order.iter().position(|&i| i == old).unwrap_or(old);
     let marks = picture
         .marks
         .into_iter()
         .map(|mark| match mark {
-            Mark::Call { from, to, label } => Mark::Call {
-                from: new_index(from),
-                to: new_index(to),
+            Mark::Call {
+                from,
+                to,
                 label,
+                timeout_ms,
+            } => Mark::Call {
+                from: moved(from),
+                to: moved(to),
+                label,
+                timeout_ms,
             },
             Mark::Answer {
                 from,
                 to,
                 outcome,
                 label,
+                call,
             } => Mark::Answer {
-                from: new_index(from),
-                to: new_index(to),
+                from: moved(from),
+                to: moved(to),
                 outcome,
                 label,
+                call,
             },
             Mark::Note { at, text } => Mark::Note {
-                at: new_index(at),
+                at: moved(at),
                 text,
+            },
+            Mark::Fault {
+                at,
+                hop,
+                fault,
+                label,
+            } => Mark::Fault {
+                at: at.map(moved),
+                hop,
+                fault,
+                label,
+            },
+            Mark::Checkpoint { at, label } => Mark::Checkpoint {
+                at: moved(at),
+                label,
             },
             step @ Mark::Step { .. } => step,
         })
@@ -280,7 +443,41 @@ fn stores_last(picture: Picture, stores: &[usize]) -> Picture {
             .iter()
             .map(|&i| picture.participants[i].clone())
             .collect(),
+        ids: order.iter().map(|&i| picture.ids[i].clone()).collect(),
         marks,
+    }
+}
+
+/// Reads the events of one scenario run into a picture, in `lang`: calls, answers, notes and
+/// steps, the faults and checkpoints, and the statements and commands into their stores.
+pub fn calls(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
+    let mut reader = Reader {
+        faults: true,
+        ..Reader::with_stores(lang)
+    };
+    for event in events {
+        reader.read(texts, event);
+    }
+    reader.into_picture()
+}
+
+/// The lane a fault mark belongs to: where it was drawn, or the lane its hop got later.
+fn fault_lane(picture: &Picture, at: Option<usize>, hop: &str) -> Option<usize> {
+    at.or_else(|| picture.ids.iter().position(|id| id == hop))
+}
+
+/// A call's label, with how long its caller waits when the story says (`… · waits 150 ms`).
+fn call_label(texts: &Texts, lang: Lang, label: &str, timeout_ms: Option<u64>) -> String {
+    match timeout_ms {
+        Some(ms) => format!(
+            "{label} · {}",
+            texts.render(
+                COMMON,
+                lang,
+                &Msg::new("web.waits").arg("ms", i64::try_from(ms).unwrap_or(i64::MAX))
+            )
+        ),
+        None => label.to_string(),
     }
 }
 
@@ -299,14 +496,21 @@ pub fn mermaid(texts: &Texts, lang: Lang, events: &[Event]) -> String {
     }
     for mark in &picture.marks {
         match mark {
-            Mark::Call { from, to, label } => {
-                let _ = writeln!(out, "    p{from}->>p{to}: {}", mermaid_text(label));
+            Mark::Call {
+                from,
+                to,
+                label,
+                timeout_ms,
+            } => {
+                let label = call_label(texts, lang, label, *timeout_ms);
+                let _ = writeln!(out, "    p{from}->>p{to}: {}", mermaid_text(&label));
             }
             Mark::Answer {
                 from,
                 to,
                 outcome,
                 label,
+                ..
             } => {
                 let arrow = if *outcome == Outcome::Unknown {
                     "--x"
@@ -318,6 +522,13 @@ pub fn mermaid(texts: &Texts, lang: Lang, events: &[Event]) -> String {
             Mark::Note { at, text } => {
                 let _ = writeln!(out, "    Note over p{at}: {}", mermaid_text(text));
             }
+            Mark::Fault { at, hop, label, .. } => {
+                let at = fault_lane(&picture, *at, hop).unwrap_or(0);
+                let _ = writeln!(out, "    Note over p{at}: ↯ {}", mermaid_text(label));
+            }
+            Mark::Checkpoint { at, label } => {
+                let _ = writeln!(out, "    Note over p{at}: ◆ {}", mermaid_text(label));
+            }
             Mark::Step { .. } => {}
         }
     }
@@ -325,7 +536,8 @@ pub fn mermaid(texts: &Texts, lang: Lang, events: &[Event]) -> String {
 }
 
 /// The run as lanes in a terminal: one column per participant, time going down. `●──▶` is a
-/// call, `◀──●` an answer, `◀┄┄✗` an answer that never arrived, `●` something a participant did.
+/// call, `◀──●` an answer, `◀┄┄✗` an answer that never arrived, `●` something a participant did,
+/// `↯` a fault put on the hop in front of a participant, `◆` a checkpoint where it is held.
 pub fn swimlanes(texts: &Texts, lang: Lang, events: &[Event]) -> String {
     let picture = calls(texts, lang, events);
     let lanes = picture.participants.len();
@@ -346,6 +558,16 @@ pub fn swimlanes(texts: &Texts, lang: Lang, events: &[Event]) -> String {
             .map(|i| if i % LANE == 0 { '│' } else { ' ' })
             .collect();
         let line = match mark {
+            Mark::Fault { at, hop, label, .. } => {
+                if let Some(at) = fault_lane(&picture, *at, hop) {
+                    cells[at * LANE] = '↯';
+                }
+                row(cells, &format!("↯ {label}"))
+            }
+            Mark::Checkpoint { at, label } => {
+                cells[at * LANE] = '◆';
+                row(cells, label)
+            }
             Mark::Step { text } => {
                 out.push_str(&format!("  {}\n", text));
                 continue;
@@ -354,15 +576,21 @@ pub fn swimlanes(texts: &Texts, lang: Lang, events: &[Event]) -> String {
                 cells[at * LANE] = '●';
                 row(cells, text)
             }
-            Mark::Call { from, to, label } => {
+            Mark::Call {
+                from,
+                to,
+                label,
+                timeout_ms,
+            } => {
                 draw(&mut cells, *from, *to, '─', '●', LANE);
-                row(cells, label)
+                row(cells, &call_label(texts, lang, label, *timeout_ms))
             }
             Mark::Answer {
                 from,
                 to,
                 outcome,
                 label,
+                ..
             } => {
                 let (fill, start) = if *outcome == Outcome::Unknown {
                     ('┄', '✗')

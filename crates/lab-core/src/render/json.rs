@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::reflow;
 use crate::text::COMMON;
-use crate::{Event, Lang, Msg, Texts};
+use crate::{Event, Fault, Lang, Msg, Texts};
 
 /// Renders events as JSON lines.
 pub struct JsonRenderer {
@@ -61,7 +61,16 @@ impl JsonRenderer {
             Event::Step { number, text } => {
                 json!({"event": "step", "n": number, "text": self.t(text)})
             }
-            Event::Request { text, .. } => json!({"event": "request", "text": self.t(text)}),
+            Event::Request {
+                text, timeout_ms, ..
+            } => {
+                let mut request = json!({"event": "request", "text": self.t(text)});
+                // Only a call whose client's timeout matters says it: the others keep their shape.
+                if let Some(ms) = timeout_ms {
+                    request["timeout_ms"] = json!(ms);
+                }
+                request
+            }
             Event::Response {
                 outcome,
                 status,
@@ -128,6 +137,14 @@ impl JsonRenderer {
                 })
             }
             Event::Fact { name, value } => json!({"event": "fact", "name": name, "value": value}),
+            Event::Fault { hop, fault } => {
+                let mut line = json!({"event": "fault", "hop": hop, "fault": fault.word()});
+                if let Fault::Held { millis } = fault {
+                    line["millis"] = json!(millis);
+                }
+                line
+            }
+            Event::Checkpoint { point } => json!({"event": "checkpoint", "point": point}),
             Event::Explain => json!({
                 "event": "explain",
                 "text": reflow(&self.key("explain")),

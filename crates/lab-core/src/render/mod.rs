@@ -1,15 +1,18 @@
-//! Renderers: the same event stream as coloured text or as JSON lines, and as pictures of who
-//! called whom ([`diagram`]: Mermaid, terminal swimlanes).
+//! Renderers: the same event stream as coloured text or as JSON lines, as pictures of who
+//! called whom ([`diagram`]: Mermaid, terminal swimlanes), and as the web view's messages
+//! ([`web`]: both languages and the diagram's marks).
 
 pub mod diagram;
 mod explain;
 mod json;
 mod text;
+pub mod web;
 
 pub use diagram::{mermaid, swimlanes};
 pub use explain::render_explain;
 pub use json::JsonRenderer;
 pub use text::{TextRenderer, render_text};
+pub use web::WebRenderer;
 
 use std::io::Write;
 

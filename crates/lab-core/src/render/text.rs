@@ -302,6 +302,8 @@ impl TextRenderer {
             Event::Reveal { answer } => self.reveal(answer),
             // Facts are shown together in the summary table.
             Event::Fact { .. } => String::new(),
+            // Drawn, not told: the step that breaks a hop or holds a request says so in words.
+            Event::Fault { .. } | Event::Checkpoint { .. } => String::new(),
             Event::Explain => {
                 let mut out = format!(
                     "{}{}\n{}",

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use faultproxy::{ArmedFault, Fault};
+use faultproxy::ArmedFault;
 use lab_core::Msg;
 use lab_services::{gateway, orders, payments, provider};
 use serde_json::json;
@@ -45,11 +45,9 @@ const FIRE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Arms "the answer is lost after the work was done" for the next connection to `hop`.
 fn lose_next_answer(ctx: &Ctx, hop: &str) -> Result<ArmedFault, ScenarioError> {
-    let proxy = ctx
-        .faults()?
-        .embedded_proxy(hop)
-        .ok_or_else(|| ScenarioError::Broken(format!("no embedded proxy on the {hop} hop")))?;
-    Ok(proxy.arm(Fault::ResponseLostAfterCommit, 1))
+    ctx.faults()?
+        .drop_next_answer(hop)
+        .ok_or_else(|| ScenarioError::Broken(format!("no embedded proxy on the {hop} hop")))
 }
 
 /// The client pays once through the gateway, narrated.

@@ -14,7 +14,6 @@
 
 use std::time::Duration;
 
-use faultproxy::Fault;
 use lab_core::Msg;
 use lab_services::{payments, provider};
 
@@ -42,11 +41,9 @@ const FIRE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Arms "the provider's answer is lost" for the next connection to the provider.
 fn lose_next_answer(ctx: &Ctx) -> Result<faultproxy::ArmedFault, ScenarioError> {
-    let proxy = ctx
-        .faults()?
-        .embedded_proxy(provider::NAME)
-        .ok_or_else(|| ScenarioError::Broken("no embedded proxy on the provider's hop".into()))?;
-    Ok(proxy.arm(Fault::ResponseLostAfterCommit, 1))
+    ctx.faults()?
+        .drop_next_answer(provider::NAME)
+        .ok_or_else(|| ScenarioError::Broken("no embedded proxy on the provider's hop".into()))
 }
 
 /// One payment whose first answer from the provider is lost, then the client's retry (after the

@@ -80,8 +80,12 @@ async fn call_through_slow_hop(
         })
     });
     let client = worker_client(Some(client_timeout))?;
-    ctx.narrator
-        .call("worker.a", reports::NAME, request_msg("a", "/reports", key, REPORT_TYPE));
+    ctx.narrator.call_waiting(
+        "worker.a",
+        reports::NAME,
+        request_msg("a", "/reports", key, REPORT_TYPE),
+        client_timeout,
+    );
     let result = send_post(&client, api, "/reports", key, REPORT_TYPE).await?;
     tokio::time::timeout(COMMIT_LIMIT, answered.notified())
         .await
