@@ -126,7 +126,7 @@ fn the_timeout_lanes_show_the_call_lost_and_the_page_carries_the_diagram() {
         "the lost answer is drawn crossed: {page}"
     );
     assert!(
-        !page.contains("Check your understanding"),
+        !page.contains("Result: every fact is as expected."),
         "the page replaces the narrative"
     );
 }

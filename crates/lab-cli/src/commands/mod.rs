@@ -4,6 +4,7 @@ mod check;
 mod doctor;
 mod explain;
 mod list;
+mod page;
 pub mod proxy;
 mod run;
 mod serve;

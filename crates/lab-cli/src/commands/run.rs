@@ -11,6 +11,7 @@ use lab_core::{Event, Gate, Lang, Msg, Narrator};
 use lab_infra::url::redact;
 use lab_scenarios::{KeptRun, ScenarioError};
 
+use super::page::page;
 use crate::cli::{ExportArg, FormatArg, Global, exit};
 use crate::session::{self, Failure, Guarded, Mode, Session};
 use crate::web::hub::{Hub, PauseKind, WebSink};
@@ -110,7 +111,7 @@ impl Pictures {
             })?;
         }
         if self.export == Some(ExportArg::Md) {
-            say!("{}", markdown(session, report));
+            say!("{}", page(&session.library.texts, session.lang, report));
         }
         Ok(())
     }
@@ -138,30 +139,11 @@ fn write_artifacts(
         dir.join("sequence.mmd"),
         mermaid(&texts, session.lang, &report.events),
     )?;
+    std::fs::write(dir.join("page.md"), page(&texts, session.lang, report))?;
     std::fs::write(
         dir.join("facts.json"),
         serde_json::to_string_pretty(&report.facts).unwrap_or_default() + "\n",
     )
-}
-
-/// A Markdown page for slides: the title, the story, a Mermaid diagram of the real run, the
-/// facts it measured.
-fn markdown(session: &Session, report: &lab_scenarios::RunReport) -> String {
-    let texts = &session.library.texts;
-    let text = |key: &str| texts.render(report.name, session.lang, &Msg::new(key));
-    let mut page = format!(
-        "# {} · {}\n\n{}\n\n```mermaid\n{}```\n\n| {} | {} |\n|---|---|\n",
-        report.name,
-        text("title"),
-        text("story").trim(),
-        mermaid(texts, session.lang, &report.events),
-        texts.render(COMMON, session.lang, &Msg::new("label.fact")),
-        texts.render(COMMON, session.lang, &Msg::new("label.measured")),
-    );
-    for (name, value) in &report.facts {
-        page.push_str(&format!("| `{name}` | `{value}` |\n"));
-    }
-    page
 }
 
 /// `--web`: where the page listens, and whether to open it in the default browser.

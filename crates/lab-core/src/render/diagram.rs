@@ -451,10 +451,25 @@ fn stores_last(picture: Picture, stores: &[usize]) -> Picture {
 /// Reads the events of one scenario run into a picture, in `lang`: calls, answers, notes and
 /// steps, the faults and checkpoints, and the statements and commands into their stores.
 pub fn calls(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
-    let mut reader = Reader {
-        faults: true,
-        ..Reader::with_stores(lang)
-    };
+    read_all(
+        Reader {
+            faults: true,
+            ..Reader::with_stores(lang)
+        },
+        texts,
+        events,
+    )
+}
+
+/// Like [`calls`], without the database and Redis lanes: only what the narrative tells, so the
+/// same scenario draws the same picture on every run. (Statements on two connections at once
+/// finish in either order, and Redis answers with fresh stream ids and remaining milliseconds;
+/// the pages in `docs/` are compared byte for byte.)
+pub fn calls_only(texts: &Texts, lang: Lang, events: &[Event]) -> Picture {
+    read_all(Reader::with_faults(lang), texts, events)
+}
+
+fn read_all(mut reader: Reader, texts: &Texts, events: &[Event]) -> Picture {
     for event in events {
         reader.read(texts, event);
     }
@@ -489,7 +504,16 @@ fn mermaid_text(text: &str) -> String {
 /// A Mermaid sequence diagram of the run: the calls that happened, each answer labelled with its
 /// outcome (ok, fail, unknown: a crossed arrow, the answer never arrived).
 pub fn mermaid(texts: &Texts, lang: Lang, events: &[Event]) -> String {
-    let picture = calls(texts, lang, events);
+    mermaid_of(texts, lang, &calls(texts, lang, events))
+}
+
+/// The Mermaid diagram of [`calls_only`]: the same on every run of a scenario, as the pages in
+/// `docs/scenarios/` need.
+pub fn mermaid_calls(texts: &Texts, lang: Lang, events: &[Event]) -> String {
+    mermaid_of(texts, lang, &calls_only(texts, lang, events))
+}
+
+fn mermaid_of(texts: &Texts, lang: Lang, picture: &Picture) -> String {
     let mut out = String::from("sequenceDiagram\n");
     for (i, name) in picture.participants.iter().enumerate() {
         let _ = writeln!(out, "    participant p{i} as {}", mermaid_text(name));
@@ -523,7 +547,7 @@ pub fn mermaid(texts: &Texts, lang: Lang, events: &[Event]) -> String {
                 let _ = writeln!(out, "    Note over p{at}: {}", mermaid_text(text));
             }
             Mark::Fault { at, hop, label, .. } => {
-                let at = fault_lane(&picture, *at, hop).unwrap_or(0);
+                let at = fault_lane(picture, *at, hop).unwrap_or(0);
                 let _ = writeln!(out, "    Note over p{at}: ↯ {}", mermaid_text(label));
             }
             Mark::Checkpoint { at, label } => {

@@ -8,7 +8,7 @@ mod json;
 mod text;
 pub mod web;
 
-pub use diagram::{mermaid, swimlanes};
+pub use diagram::{mermaid, mermaid_calls, swimlanes};
 pub use explain::render_explain;
 pub use json::JsonRenderer;
 pub use text::{TextRenderer, render_text};

@@ -1,0 +1,116 @@
+//! The scenario pages in `docs/scenarios/` are what the lab produces today.
+//!
+//! Each page (`docs/scenarios/NAME.LANG.md`) is the `page.md` that `lab run all --artifacts DIR`
+//! writes for that scenario: its story, its commands, the Mermaid diagram of a real run, why it
+//! happened, the questions and the measured facts. This test runs every scenario in both
+//! languages on throwaway servers and fails when a page differs from its copy in `docs/`, or when
+//! a scenario has no page, or a page has no scenario. After an intended change, rewrite the pages
+//! with `LAB_BLESS=1 cargo test -p lab-cli --test docs` and review the diff.
+
+mod common;
+
+use std::path::Path;
+
+use common::{assert_code, catalogue, repo, run, stderr};
+
+#[test]
+fn every_scenario_page_in_docs_is_what_the_lab_draws_today() {
+    let docs = repo().join("docs/scenarios");
+    let bless = std::env::var_os("LAB_BLESS").is_some_and(|v| v == "1");
+    let mut drifted = Vec::new();
+    let mut expected_files = Vec::new();
+    for lang in ["en", "ru"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(&[
+            "run",
+            "all",
+            "--lang",
+            lang,
+            "--artifacts",
+            dir.path().to_str().unwrap(),
+        ]);
+        assert_code(&out, 0);
+        for name in catalogue() {
+            let page = std::fs::read_to_string(dir.path().join(&name).join("page.md"))
+                .unwrap_or_else(|e| panic!("{name}/page.md: {e}\n{}", stderr(&out)));
+            let file = format!("{name}.{lang}.md");
+            let copy = docs.join(&file);
+            if bless {
+                std::fs::create_dir_all(&docs).unwrap();
+                std::fs::write(&copy, &page).unwrap();
+            } else if std::fs::read_to_string(&copy).ok().as_deref() != Some(page.as_str()) {
+                drifted.push(describe(&copy, &page));
+            }
+            expected_files.push(file);
+        }
+    }
+    check_index(&catalogue(), bless);
+    let mut stray: Vec<String> = std::fs::read_dir(&docs)
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|f| f.ends_with(".md") && !expected_files.contains(f))
+                .collect()
+        })
+        .unwrap_or_default();
+    stray.sort();
+    assert!(
+        stray.is_empty(),
+        "pages in docs/scenarios/ with no scenario: {stray:?}"
+    );
+    assert!(
+        drifted.is_empty(),
+        "{} page(s) in docs/scenarios/ differ from what the lab produces; if the change is \
+         intended, run `LAB_BLESS=1 cargo test -p lab-cli --test docs`:\n{}",
+        drifted.len(),
+        drifted.join("\n")
+    );
+}
+
+/// The table of pages in `docs/scenarios.md` lists every scenario, in the catalogue's order.
+fn check_index(names: &[String], bless: bool) {
+    const START: &str =
+        "<!-- the table below is written by LAB_BLESS=1 cargo test -p lab-cli --test docs -->\n";
+    const END: &str = "<!-- end of the generated table -->\n";
+    let path = repo().join("docs/scenarios.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (Some(start), Some(end)) = (text.find(START), text.find(END)) else {
+        panic!("{} has no generated table of pages", path.display());
+    };
+    let mut table = String::from("| scenario | English | Russian |\n|---|---|---|\n");
+    for name in names {
+        table.push_str(&format!(
+            "| `{name}` | [en](scenarios/{name}.en.md) | [ru](scenarios/{name}.ru.md) |\n"
+        ));
+    }
+    let now = &text[start + START.len()..end];
+    if bless {
+        let text = format!("{}{table}{}", &text[..start + START.len()], &text[end..]);
+        std::fs::write(&path, text).unwrap();
+    } else {
+        assert_eq!(
+            now, table,
+            "the table of pages in docs/scenarios.md is not the catalogue's; \
+             run `LAB_BLESS=1 cargo test -p lab-cli --test docs`"
+        );
+    }
+}
+
+/// The first line where a page and its copy differ.
+fn describe(copy: &Path, page: &str) -> String {
+    let Ok(old) = std::fs::read_to_string(copy) else {
+        return format!("  {}: missing", copy.display());
+    };
+    let line = old
+        .lines()
+        .zip(page.lines())
+        .position(|(a, b)| a != b)
+        .unwrap_or_else(|| old.lines().count().min(page.lines().count()));
+    format!(
+        "  {}: line {}\n    in docs: {:?}\n    the lab: {:?}",
+        copy.display(),
+        line + 1,
+        old.lines().nth(line).unwrap_or(""),
+        page.lines().nth(line).unwrap_or("")
+    )
+}
