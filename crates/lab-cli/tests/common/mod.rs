@@ -60,15 +60,25 @@ pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// Asserts the exit code, showing both streams when it differs.
+/// Asserts the exit code, showing both streams when it differs: first stderr and the lines of
+/// stdout that tell what went wrong (a scenario's title, a fact marked ✗, a result line), then
+/// the whole of stdout. A long narrative is cut in the middle by CI logs; the cause must come
+/// before it.
 #[track_caller]
 pub fn assert_code(output: &Output, code: i32) {
-    assert_eq!(
+    if output.status.code() == Some(code) {
+        return;
+    }
+    let out = stdout(output);
+    let telling: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("━━ ") || l.contains('✗') || l.starts_with("Result:"))
+        .collect();
+    panic!(
+        "expected exit {code}, got {:?}\n--- stderr\n{}\n--- what stdout tells\n{}\n--- stdout\n{out}",
         output.status.code(),
-        Some(code),
-        "expected exit {code}\n--- stdout\n{}\n--- stderr\n{}",
-        stdout(output),
-        stderr(output)
+        stderr(output),
+        telling.join("\n"),
     );
 }
 
