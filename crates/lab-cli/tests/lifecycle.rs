@@ -173,14 +173,11 @@ async fn two_runs_at_once_on_one_server_are_isolated() {
     ];
     let first = lab(&args).stdout(Stdio::piped()).spawn().unwrap();
     let second = lab(&args).stdout(Stdio::piped()).spawn().unwrap();
-    let (first, second) = tokio::task::spawn_blocking(move || {
-        (
-            first.wait_with_output().unwrap(),
-            second.wait_with_output().unwrap(),
-        )
-    })
-    .await
-    .unwrap();
+    // Both outputs are read at once: a run whose stdout nobody reads stops at its next write
+    // once the pipe is full, and then holds whatever it held at that moment.
+    let first = tokio::task::spawn_blocking(move || first.wait_with_output().unwrap());
+    let second = tokio::task::spawn_blocking(move || second.wait_with_output().unwrap());
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
     assert_code(&first, 0);
     assert_code(&second, 0);
     assert_eq!(stdout(&first), stdout(&second));
