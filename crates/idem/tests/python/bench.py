@@ -30,7 +30,7 @@ from idempotency_kit import (
     JsonResultAdapter,
 )
 from idempotency_kit.infra.storage.redis.aio import RedisAsyncIdempotencyRepository
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 # The library logs degraded paths at ERROR; a bench prints rows only.
 logging.disable(logging.CRITICAL)
@@ -68,8 +68,18 @@ def percentile_us(latencies, percent):
     return latencies[min(max(rank, 1), len(latencies)) - 1] * 1e6
 
 
+async def connect(url):
+    """A client for the server at `url`, or for its cluster (idempotency-kit takes either)."""
+    probe = Redis.from_url(url)
+    try:
+        cluster = (await probe.info("cluster")).get("cluster_enabled") == 1
+    finally:
+        await probe.aclose()
+    return RedisCluster.from_url(url) if cluster else Redis.from_url(url)
+
+
 async def rows(url, prefix, ops, warm_up, concurrencies):
-    redis = Redis.from_url(url)
+    redis = await connect(url)
     coordinator = AsyncIdempotencyCoordinator(
         RedisAsyncIdempotencyRepository(redis, key_prefix=prefix),
         IdempotencyDomainService(),

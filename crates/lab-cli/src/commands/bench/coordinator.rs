@@ -269,7 +269,11 @@ pub async fn run(
             .arg("warm", warm_up(ops).to_string())
             .arg(
                 "cluster",
-                if masters.is_empty() { "" } else { " (cluster)" }
+                if masters.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {}", t("bench.cluster"))
+                }
             ))
     );
     say!();
