@@ -234,3 +234,21 @@ fn report_api_refuses_a_target_that_is_not_a_url() {
     let out = run(&["bench", "report-api", "--target", "localhost:8480"]);
     assert_code(&out, 2);
 }
+
+#[test]
+fn report_api_says_when_the_target_does_not_answer() {
+    // Port 1 on loopback: nothing listens there.
+    let out = run(&[
+        "bench",
+        "report-api",
+        "--requests",
+        "5",
+        "--keys",
+        "1",
+        "--target",
+        "http://127.0.0.1:1",
+    ]);
+    assert_code(&out, 3);
+    assert!(stderr(&out).contains("report service"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}

@@ -204,6 +204,9 @@ pub async fn run(
         print_table(&header, &cells, 1);
         say!();
         say!("{}", t("bench.report_means"));
+        if target.is_some() {
+            say!("{}", t("bench.report_direct_elsewhere"));
+        }
         if sides[0].reports.is_none() {
             say!("{}", t("bench.report_uncounted"));
         }
