@@ -319,9 +319,14 @@ async fn directly(
         let (k, body) = request_of(n, keys);
         let key = format!("{tag}-sqlx-{k}");
         let (created, replayed) = (&created, &replayed);
+        // In a task of its own, as the service runs each request's transaction
+        // (`tasks.spawn(create_report_to_the_end(…))`): otherwise the C transactions would share
+        // this one task's thread, while the service's spread over the runtime's threads.
+        let transaction = tokio::spawn(create_report(pool.clone(), key, body));
         async move {
-            let inserted = create_report(pool, &key, &body)
+            let inserted = transaction
                 .await
+                .map_err(|e| Failure::environment(anyhow!("the transaction's task failed: {e}")))?
                 .map_err(|e| Failure::environment(anyhow!(lab_infra::pg_message(&e))))?;
             if inserted {
                 created.fetch_add(1, Ordering::Relaxed);
@@ -343,7 +348,8 @@ async fn directly(
 
 /// `create_report_to_the_end`'s transaction (reports.rs), without the service around it.
 /// Returns whether this call inserted the report.
-async fn create_report(pool: &PgPool, key: &str, req: &CreateReport) -> Result<bool, sqlx::Error> {
+async fn create_report(pool: PgPool, key: String, req: CreateReport) -> Result<bool, sqlx::Error> {
+    let (key, req) = (key.as_str(), &req);
     let hash = reports::payload_hash(req);
     let mut tx = pool.begin().await?;
     let inserted: Option<i64> = sqlx::query_scalar(
