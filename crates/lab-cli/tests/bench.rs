@@ -5,6 +5,9 @@
 //! a test can promise. Small `--ops` keep these quick.
 
 mod common;
+// idem's own throwaway servers, a three-node cluster among them: one copy of that set-up.
+#[path = "../../idem/tests/support/mod.rs"]
+mod idem_support;
 
 use common::{assert_code, run, stderr, stdout};
 use serde_json::Value;
@@ -251,4 +254,48 @@ fn report_api_says_when_the_target_does_not_answer() {
     assert_code(&out, 3);
     assert!(stderr(&out).contains("report service"), "{}", stderr(&out));
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
+
+#[test]
+fn coordinator_runs_on_a_cluster_and_cleans_every_master() {
+    let cluster = idem_support::RedisCluster::start();
+    let node = |i: usize| cluster.nodes[i].url();
+    let clients: Vec<redis::Client> = (0..3)
+        .map(|i| redis::Client::open(node(i)).unwrap())
+        .collect();
+    // Keys of someone else's, in three different slots (their hash tags pick them).
+    let cluster_client = redis::cluster::ClusterClient::new(vec![node(0)]).unwrap();
+    let mut conn = cluster_client.get_connection().unwrap();
+    for key in ["{a}other", "{b}other", "{c}other"] {
+        redis::cmd("SET")
+            .arg(key)
+            .arg("keep")
+            .exec(&mut conn)
+            .unwrap();
+    }
+
+    let url = node(1);
+    let out = run(&[
+        "bench",
+        "coordinator",
+        "--ops",
+        "20",
+        "--concurrency",
+        "1,4",
+        "--format",
+        "json",
+        "--redis-url",
+        &url,
+    ]);
+    assert_code(&out, 0);
+    assert_eq!(rows(&out).len(), 8, "{}", stdout(&out));
+
+    let mut left = Vec::new();
+    for client in &clients {
+        let mut node = client.get_connection().unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut node).unwrap();
+        left.extend(keys);
+    }
+    left.sort();
+    assert_eq!(left, ["{a}other", "{b}other", "{c}other"]);
 }
