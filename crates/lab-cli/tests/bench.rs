@@ -299,3 +299,46 @@ fn coordinator_runs_on_a_cluster_and_cleans_every_master() {
     left.sort();
     assert_eq!(left, ["{a}other", "{b}other", "{c}other"]);
 }
+
+/// `--python`: idempotency-kit 0.4.1's rows beside idem's, on the same Redis, and its keys
+/// deleted with the bench's. Needs a venv with `idempotency-kit[redis]==0.4.1` named by
+/// IDEM_PYTHON (`.ci/run` makes one in target/idem-py).
+#[test]
+#[ignore = "drives the Python idempotency-kit 0.4.1: set IDEM_PYTHON to a venv's python"]
+fn coordinator_adds_idempotency_kits_rows() {
+    let python = std::env::var("IDEM_PYTHON").expect("IDEM_PYTHON names a venv's python");
+    let redis = OwnRedis::start();
+    let url = redis.url();
+    let out = run(&[
+        "bench",
+        "coordinator",
+        "--ops",
+        "20",
+        "--concurrency",
+        "1,4",
+        "--format",
+        "json",
+        "--redis-url",
+        &url,
+        "--python",
+        &python,
+    ]);
+    assert_code(&out, 0);
+    let rows = rows(&out);
+    let python_rows: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["bench"] == "idempotency-kit")
+        .collect();
+    assert_eq!(python_rows.len(), 2 * 2, "{}", stdout(&out));
+    for row in python_rows {
+        assert_eq!(row["policy"], "0.4.1 wait");
+        assert_eq!(row["ops"], 20);
+        let ratio = row["ratio_to_raw"].as_f64().unwrap();
+        let expected =
+            row["ops_per_sec"].as_f64().unwrap() / row["raw_ops_per_sec"].as_f64().unwrap();
+        assert!((ratio - expected).abs() <= 1e-9 * ratio.max(1.0), "{row}");
+    }
+    let mut conn = redis.connection();
+    let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    assert_eq!(left, Vec::<String>::new());
+}
