@@ -687,10 +687,14 @@ async fn python_rows(
     ops: u64,
     concurrency: &[u32],
 ) -> Result<Vec<Row>, Failure> {
-    let script = python_script();
     let list: Vec<String> = concurrency.iter().map(u32::to_string).collect();
-    let output = tokio::process::Command::new(python)
-        .arg(&script)
+    let failed = |error: String| {
+        Failure::environment(anyhow!(t(
+            Msg::new("bench.python_failed").arg("error", error)
+        )))
+    };
+    let mut child = tokio::process::Command::new(python)
+        .arg("-")
         .args(["--url", url, "--prefix", prefix])
         .args([
             "--ops",
@@ -699,29 +703,38 @@ async fn python_rows(
             &warm_up(ops).to_string(),
         ])
         .args(["--concurrency", &list.join(",")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        // Ctrl-C drops this future: the Python bench stops with it.
         .kill_on_drop(true)
-        .output()
+        .spawn()
+        .map_err(|e| failed(e.to_string()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use tokio::io::AsyncWriteExt as _;
+        stdin
+            .write_all(PYTHON_BENCH.as_bytes())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        // Dropping stdin closes it: Python then runs what it read.
+    }
+    let output = child
+        .wait_with_output()
         .await
-        .map_err(|e| {
-            Failure::environment(anyhow!(t(
-                Msg::new("bench.python_failed").arg("error", e.to_string())
-            )))
-        })?;
+        .map_err(|e| failed(e.to_string()))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let last = stderr.lines().last().unwrap_or_default().to_string();
-        return Err(Failure::environment(anyhow!(t(Msg::new(
-            "bench.python_failed"
-        )
-        .arg("error", last)))));
+        // Python's last line is the exception; a program that says nothing has its status.
+        let last = stderr
+            .lines()
+            .rfind(|l| !l.trim().is_empty())
+            .map_or_else(|| output.status.to_string(), str::to_string);
+        return Err(failed(last));
     }
     let mut rows = Vec::new();
     for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-            Failure::environment(anyhow!(t(
-                Msg::new("bench.python_failed").arg("error", format!("{e}: {line}"))
-            )))
-        })?;
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| failed(format!("{e}: {line}")))?;
         let number = |name: &str| value[name].as_f64().unwrap_or(0.0);
         rows.push(Row {
             bench: value["bench"]
@@ -741,15 +754,6 @@ async fn python_rows(
     Ok(rows)
 }
 
-/// Where `bench.py` is: the checkout's copy next to the `idem` crate, or (in an installed `lab`
-/// without a checkout) a copy written to a temporary file.
-fn python_script() -> std::path::PathBuf {
-    const SCRIPT: &str = include_str!("../../../../idem/tests/python/bench.py");
-    let beside = FsPath::new(env!("CARGO_MANIFEST_DIR")).join("../idem/tests/python/bench.py");
-    if beside.exists() {
-        return beside;
-    }
-    let path = std::env::temp_dir().join(format!("lab-bench-{}.py", std::process::id()));
-    let _ = std::fs::write(&path, SCRIPT);
-    path
-}
+/// `crates/idem/tests/python/bench.py`, built into the binary: an installed `lab` has no
+/// checkout beside it. Python reads it from stdin (`python - ARGS`), so no file is written.
+const PYTHON_BENCH: &str = include_str!("../../../../idem/tests/python/bench.py");
