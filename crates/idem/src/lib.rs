@@ -158,7 +158,7 @@
 //!   [`Source`], [`Fence`].
 //! - [`policy`]: [`Policy`] and its parts, with the two presets.
 //! - `store.rs`: every Redis command, bounded by the command timeout; `lua/*.lua`: the hardened
-//!   policy's scripts (reserve, renew, complete, release).
+//!   policy's scripts (reserve, renew, complete, release), also public as [`lua`].
 //! - [`record`]: the stored record, the wire format shared with idempotency-kit.
 //! - [`key`]: validation and trimming of operations and keys; record and fence-counter keys.
 //! - [`fingerprint`]: [`fingerprint_of`], Python's `fingerprint_of` in Rust.
@@ -170,6 +170,24 @@ pub mod error;
 pub mod fingerprint;
 pub mod key;
 pub mod observe;
+pub mod lua {
+    //! The hardened policy's Lua scripts, exactly as the coordinator sends them (as `EVALSHA`).
+    //!
+    //! Public for tools that must send the same commands without the coordinator around them:
+    //! the lab's `lab bench coordinator` runs them from a bare Redis client to measure what the
+    //! round trips alone cost. Each script's header documents its keys, arguments and reply.
+
+    /// Reserve-or-read with a fencing token: `KEYS` record, counter; `ARGV` pending record,
+    /// lease ms, counter lifetime ms. Replies the fence (integer) or the stored record.
+    pub const RESERVE: &str = include_str!("lua/reserve.lua");
+    /// Compare-and-set of the result: `KEYS` record, counter; `ARGV` owner, record, TTL ms,
+    /// counter lifetime ms. Replies 1 if stored.
+    pub const COMPLETE: &str = include_str!("lua/complete.lua");
+    /// Compare-and-set renewal of the reservation.
+    pub const RENEW: &str = include_str!("lua/renew.lua");
+    /// Compare-and-delete of the reservation.
+    pub const RELEASE: &str = include_str!("lua/release.lua");
+}
 pub mod policy;
 pub mod record;
 mod store;

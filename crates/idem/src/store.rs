@@ -28,10 +28,10 @@ use redis::{RedisResult, Script, Value};
 
 use crate::error::{Stage, StorageCause, StorageError};
 
-static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/reserve.lua")));
-static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/complete.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/renew.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(crate::lua::RESERVE));
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(crate::lua::COMPLETE));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(crate::lua::RENEW));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(crate::lua::RELEASE));
 
 /// The outcome of reserve-or-read.
 pub(crate) enum Reservation {

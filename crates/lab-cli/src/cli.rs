@@ -195,6 +195,50 @@ pub enum Command {
     /// Drive the fault proxies of a running `lab serve` (or any Toxiproxy) as toxiproxy-cli
     /// does: list, inspect, toggle, toxic add|update|remove; and arm one-shot faults
     Proxy(crate::commands::proxy::ProxyArgs),
+    /// Measure: the idempotency coordinator against a bare Redis client doing the same round
+    /// trips, or the report service against the same transaction run directly
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// What `lab bench` measures.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Throughput and latency of the `idem` coordinator on Redis (new keys and replays, both
+    /// policies), next to a bare Redis client sending the same round trips: the limit to
+    /// approach. Uses a throwaway Redis, or --redis-url (a cluster too); touches only keys
+    /// under its own prefix and deletes them afterwards
+    Coordinator {
+        /// Calls per row (after a short warm-up that is not counted); the default takes about
+        /// 5 s in a release build, 10 s in a debug one
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        ops: u64,
+        /// Concurrent callers, one row each, comma-separated
+        #[arg(long, value_delimiter = ',', default_value = "1,50", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        concurrency: Vec<u32>,
+        /// Also run idempotency-kit 0.4.1's equivalent bench with this Python (a venv with
+        /// `idempotency-kit[redis]==0.4.1`) on the same Redis, and add its rows
+        #[arg(long, value_name = "PATH")]
+        python: Option<std::path::PathBuf>,
+    },
+    /// N requests over K idempotency keys at concurrency C against the report service (the
+    /// embedded one, or --target), then check that exactly K reports exist; next to the same
+    /// transaction run directly through sqlx
+    ReportApi {
+        /// Requests in all
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        requests: u64,
+        /// Distinct Idempotency-Keys the requests are spread over (request i uses key i mod K)
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        keys: u64,
+        /// Concurrent clients
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        concurrency: u32,
+        /// A running report service (e.g. `lab serve`'s http://127.0.0.1:8480) instead of the
+        /// embedded one
+        #[arg(long, value_name = "URL")]
+        target: Option<String>,
+    },
 }
 
 /// What `lab soak` pays through.

@@ -25,8 +25,15 @@ const DEFAULT_LOG: &str = "lab_services=info,lab_scenarios=info,idem=info";
 
 /// Installs the subscriber for this process. `LAB_LOG` that does not parse is an error the
 /// caller reports as a usage error.
-pub fn install(log: bool, color: bool) -> Result<(), String> {
-    let ran = RanLayer.with_filter(filter_fn(RanLayer::wants));
+///
+/// `runs_scenarios: false` leaves [`RanLayer`] out. It wants *every* span, so with it each
+/// `#[tracing::instrument]` span of the libraries (idem's `coordinate` and each of its Redis
+/// commands, at DEBUG) is created, recorded and entered on every poll. A command that runs no
+/// scenario (`lab bench`) has nothing to tell a run, and measuring idem under that cost would
+/// measure the lab's subscriber, not idem: an application's subscriber at INFO turns those spans
+/// off at their call site.
+pub fn install(log: bool, color: bool, runs_scenarios: bool) -> Result<(), String> {
+    let ran = runs_scenarios.then(|| RanLayer.with_filter(filter_fn(RanLayer::wants)));
     let lines = if log {
         let wanted = std::env::var("LAB_LOG").unwrap_or_else(|_| DEFAULT_LOG.to_string());
         let targets = Targets::from_str(&wanted)

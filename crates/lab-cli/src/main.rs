@@ -52,7 +52,10 @@ fn main() -> ExitCode {
         || (cli.global.color == cli::ColorArg::Auto
             && std::io::IsTerminal::is_terminal(&std::io::stderr())
             && std::env::var_os("NO_COLOR").is_none());
-    if let Err(e) = logging::install(cli.global.log, log_color) {
+    // `lab bench` runs no scenario: nothing of its work is told to a run, so it goes without the
+    // layer that wants every span (see `logging::install`).
+    let runs_scenarios = !matches!(cli.command, cli::Command::Bench(_));
+    if let Err(e) = logging::install(cli.global.log, log_color, runs_scenarios) {
         eprintln!("lab: error: {e}");
         return ExitCode::from(exit::USAGE);
     }

@@ -1,5 +1,6 @@
 //! One module per command. Each returns an exit code or a [`Failure`].
 
+mod bench;
 mod check;
 mod doctor;
 mod explain;
@@ -54,6 +55,7 @@ pub async fn dispatch(cli: Cli) -> u8 {
             seed,
             protections,
         } => soak::soak(&cli.global, *target, *iterations, *seed, *protections).await,
+        Command::Bench(bench) => bench::bench(&cli.global, bench).await,
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut command, "lab", &mut std::io::stdout());

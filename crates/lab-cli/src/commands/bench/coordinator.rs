@@ -1,0 +1,759 @@
+//! `lab bench coordinator`: the `idem` coordinator on Redis, next to a bare Redis client that
+//! sends exactly the round trips idem sends on that path, so the difference is idem's own work.
+//!
+//! Rows: path (`new`: every call a fresh key; `replay`: every call one key whose result is
+//! stored) × policy (`compatible`, `hardened`) × concurrency. For each row idem is measured, then
+//! the bare client ("raw"), alternately, so that a machine that slows down during the run slows
+//! both. What "raw" sends mirrors `crates/idem/src/store.rs`:
+//!
+//! | path   | compatible                                   | hardened                              |
+//! |--------|----------------------------------------------|---------------------------------------|
+//! | new    | `SET k pending NX GET PX lease`; `SET k record PX ttl` | `EVALSHA reserve.lua`; `EVALSHA complete.lua` |
+//! | replay | `SET k pending NX GET PX lease` (→ the record) | `EVALSHA reserve.lua` (→ the record) |
+//!
+//! The raw client sends records of the same shape and size and checks each reply as idem would
+//! (a new key must be free, a replay must find the record), but parses no JSON, validates no
+//! key, bounds no command with a timeout and reports to no observer: that is the limit idem can
+//! approach. `ratio_to_raw` = idem's ops/s ÷ raw's.
+//!
+//! Keys: everything (idem's records, their fence counters, raw's keys) lives under
+//! `lab:bench:<8 hex>:`, and is deleted at the end by `SCAN MATCH` of that prefix on every
+//! node; nothing else is read, written or flushed. With `--redis-url` of a cluster node the bench
+//! runs on a cluster connection (idem's fence counters share their record's slot, see
+//! `idem::key::fence_key`), and the cleanup scans every master.
+//!
+//! `--python PATH` runs `crates/idem/tests/python/bench.py` (idempotency-kit 0.4.1 and raw
+//! redis-py) on the same Redis, under a prefix of its own below the bench's, and adds its rows.
+
+use std::convert::Infallible;
+use std::path::Path as FsPath;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use idem::{Coordinator, Policy, Request, Source, Unprotected};
+use indicatif::ProgressBar;
+use lab_core::Msg;
+use lab_infra::servers::RedisServer;
+use lab_infra::{Needs, Origin};
+use redis::aio::ConnectionLike;
+use redis::{Script, Value};
+use serde_json::json;
+
+use super::{Sample, measure, print_table, progress, ratio_cell, tenth, warm_up};
+use crate::cli::{FormatArg, Global, exit};
+use crate::session::{self, Failure, Guarded, Mode, Session};
+use crate::words::t;
+
+/// The result TTL every call asks for: an hour, as the Python reference bench (`ttl_seconds=3600`).
+const TTL: Duration = Duration::from_secs(3600);
+
+/// The raw client's owner token for the hardened scripts: constant, since each key is reserved
+/// once (complete.lua compares it with the pending record's `owner`).
+const RAW_OWNER: &str = "0123456789abcdef0123456789abcdef";
+
+static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(idem::lua::RESERVE));
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(idem::lua::COMPLETE));
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallPath {
+    New,
+    Replay,
+}
+
+impl CallPath {
+    fn name(self) -> &'static str {
+        match self {
+            CallPath::New => "new",
+            CallPath::Replay => "replay",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PolicyName {
+    Compatible,
+    Hardened,
+}
+
+impl PolicyName {
+    fn name(self) -> &'static str {
+        match self {
+            PolicyName::Compatible => "compatible",
+            PolicyName::Hardened => "hardened",
+        }
+    }
+
+    fn policy(self) -> Policy {
+        match self {
+            PolicyName::Compatible => Policy::compatible(),
+            PolicyName::Hardened => Policy::hardened(),
+        }
+    }
+}
+
+/// One row of the output.
+#[derive(Debug, Clone)]
+struct Row {
+    /// Who was measured: `idem`, or `idempotency-kit` (the Python reference, `--python`).
+    bench: String,
+    path: String,
+    policy: String,
+    concurrency: u32,
+    ops: u64,
+    ops_per_sec: f64,
+    p50_us: f64,
+    p99_us: f64,
+    /// The bare client's ops/s on the same path and concurrency: redis-rs for idem's rows,
+    /// redis-py (sending idempotency-kit's round trips) for the Python rows.
+    raw_ops_per_sec: f64,
+}
+
+impl Row {
+    fn new(
+        bench: &str,
+        path: CallPath,
+        policy: &str,
+        concurrency: u32,
+        s: &Sample,
+        raw: &Sample,
+    ) -> Row {
+        Row {
+            bench: bench.to_string(),
+            path: path.name().to_string(),
+            policy: policy.to_string(),
+            concurrency,
+            ops: s.ops,
+            ops_per_sec: tenth(s.ops_per_sec()),
+            p50_us: tenth(s.percentile_us(50.0)),
+            p99_us: tenth(s.percentile_us(99.0)),
+            raw_ops_per_sec: tenth(raw.ops_per_sec()),
+        }
+    }
+
+    /// Computed from the two printed numbers, so a reader can check it.
+    fn ratio_to_raw(&self) -> f64 {
+        if self.raw_ops_per_sec > 0.0 {
+            self.ops_per_sec / self.raw_ops_per_sec
+        } else {
+            0.0
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "bench": self.bench,
+            "path": self.path,
+            "policy": self.policy,
+            "concurrency": self.concurrency,
+            "ops": self.ops,
+            "ops_per_sec": self.ops_per_sec,
+            "p50_us": self.p50_us,
+            "p99_us": self.p99_us,
+            "raw_ops_per_sec": self.raw_ops_per_sec,
+            "ratio_to_raw": self.ratio_to_raw(),
+        })
+    }
+}
+
+/// The Redis the bench talks to: one server, or a cluster (and the masters to clean up on).
+enum Link {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster {
+        conn: redis::cluster_async::ClusterConnection,
+        masters: Vec<String>,
+    },
+}
+
+/// What every row shares.
+struct Plan<'a> {
+    prefix: &'a str,
+    ops: u64,
+    bar: &'a ProgressBar,
+}
+
+pub async fn run(
+    global: &Global,
+    ops: u64,
+    concurrency: &[u32],
+    python: Option<&FsPath>,
+) -> Result<u8, Failure> {
+    if let Some(python) = python
+        && !python.exists()
+    {
+        return Err(Failure::usage(t(
+            Msg::new("bench.no_python").arg("path", python.display().to_string())
+        )));
+    }
+    let session = Session::open(global, Mode::Headless)?;
+    let servers = match session
+        .start_servers(Needs {
+            postgres: false,
+            redis: true,
+        })
+        .await?
+    {
+        Ok(servers) => servers,
+        Err(signal) => return Ok(session::interrupted(signal)),
+    };
+    let Some(redis) = servers.redis.as_ref() else {
+        session.close(servers).await;
+        return Err(Failure::environment(anyhow!("no Redis was started")));
+    };
+    // Eight hex digits of a fresh UUID: never a glob character, so `SCAN MATCH prefix*` matches
+    // exactly the bench's keys.
+    let prefix = format!(
+        "lab:bench:{}:",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    // Rows: 2 paths × 2 policies × each concurrency; each row times idem and raw, each after
+    // its warm-up. (The Python rows, if any, run after the bar is full.)
+    let rows = 2 * 2 * concurrency.len() as u64;
+    let calls = rows * 2 * (ops + warm_up(ops));
+    let bar = progress(global, calls);
+    bar.set_message("idem");
+    let plan = Plan {
+        prefix: &prefix,
+        ops,
+        bar: &bar,
+    };
+
+    let mut masters = Vec::new();
+    let work = async {
+        let link = connect(redis).await?;
+        let mut rows = match &link {
+            Link::Single(conn) => all_rows(conn.clone(), &plan, concurrency).await?,
+            Link::Cluster { conn, masters: m } => {
+                masters = m.clone();
+                all_rows(conn.clone(), &plan, concurrency).await?
+            }
+        };
+        if let Some(python) = python {
+            bar.set_message("idempotency-kit");
+            let python_prefix = format!("{prefix}py:");
+            rows.extend(python_rows(python, &redis.url, &python_prefix, ops, concurrency).await?);
+        }
+        Ok::<_, Failure>(rows)
+    };
+    let outcome = session.guarded(work).await;
+    bar.finish_and_clear();
+    // Whatever happened (an error, Ctrl-C), the bench's keys go.
+    let deleted = delete_prefix(redis, &masters, &prefix).await;
+    let origin = redis.origin;
+    let version = redis.version.clone();
+    let url = lab_infra::url::redact(&redis.url);
+    session.close(servers).await;
+    let rows = match outcome {
+        Guarded::Finished(Ok(rows)) => rows,
+        Guarded::Finished(Err(failure)) => return Err(failure),
+        Guarded::Interrupted(signal) => return Ok(session::interrupted(signal)),
+        Guarded::Quit => return Ok(session::quit()),
+    };
+    let deleted = deleted.map_err(Failure::environment)?;
+
+    if session.format == FormatArg::Json {
+        for row in &rows {
+            say!("{}", row.json());
+        }
+        return Ok(exit::OK);
+    }
+    let origin = match origin {
+        Origin::Given => t("bench.given"),
+        Origin::Throwaway => t("bench.throwaway"),
+    };
+    say!(
+        "{}",
+        t(Msg::new("bench.coordinator_title")
+            .arg("url", url)
+            .arg("origin", origin)
+            .arg("version", version)
+            .arg("ops", ops.to_string())
+            .arg("warm", warm_up(ops).to_string())
+            .arg(
+                "cluster",
+                if masters.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {}", t("bench.cluster"))
+                }
+            ))
+    );
+    say!();
+    let header: Vec<String> = [
+        "col_bench",
+        "col_path",
+        "col_policy",
+        "col_concurrency",
+        "col_ops_per_sec",
+        "col_p50",
+        "col_p99",
+        "col_raw",
+        "col_ratio",
+    ]
+    .iter()
+    .map(|key| t(Msg::new(format!("bench.{key}"))))
+    .collect();
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.bench.clone(),
+                r.path.clone(),
+                r.policy.clone(),
+                r.concurrency.to_string(),
+                format!("{:.0}", r.ops_per_sec),
+                format!("{:.0}", r.p50_us),
+                format!("{:.0}", r.p99_us),
+                format!("{:.0}", r.raw_ops_per_sec),
+                ratio_cell(r.ratio_to_raw()),
+            ]
+        })
+        .collect();
+    print_table(&header, &cells, 3);
+    say!();
+    say!("{}", t("bench.raw_means"));
+    if python.is_some() {
+        say!("{}", t("bench.python_raw_means"));
+    }
+    say!(
+        "{}",
+        t(Msg::new("bench.cleaned")
+            .arg("count", deleted.to_string())
+            .arg("prefix", prefix.as_str()))
+    );
+    Ok(exit::OK)
+}
+
+/// Connects the way the bench needs: a cluster connection when the server is a cluster node.
+async fn connect(redis: &RedisServer) -> Result<Link, Failure> {
+    let mut conn = redis.conn.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut conn)
+        .await
+        .map_err(storage)?;
+    if !info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+        return Ok(Link::Single(conn));
+    }
+    let masters = cluster_masters(&mut conn, &redis.url).await?;
+    let client = redis::cluster::ClusterClient::new(vec![redis.url.as_str()]).map_err(storage)?;
+    let conn = client.get_async_connection().await.map_err(storage)?;
+    Ok(Link::Cluster { conn, masters })
+}
+
+/// The URL of every master of the cluster (from `CLUSTER SLOTS`), for the cleanup's SCAN: a scan
+/// sees only the node it is sent to.
+async fn cluster_masters(
+    conn: &mut redis::aio::MultiplexedConnection,
+    url: &str,
+) -> Result<Vec<String>, Failure> {
+    let slots: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(conn)
+        .await
+        .map_err(storage)?;
+    let base = url::Url::parse(url).map_err(|e| Failure::usage(e.to_string()))?;
+    let mut masters = Vec::new();
+    let Value::Array(ranges) = slots else {
+        return Err(storage(anyhow!(
+            "CLUSTER SLOTS: unexpected reply {slots:?}"
+        )));
+    };
+    for range in ranges {
+        // [start, end, [ip, port, id, …] (the master), replicas…]
+        let Value::Array(range) = range else { continue };
+        let Some(Value::Array(master)) = range.get(2) else {
+            continue;
+        };
+        let (Some(Value::BulkString(ip)), Some(Value::Int(port))) = (master.first(), master.get(1))
+        else {
+            continue;
+        };
+        let mut node = base.clone();
+        let ip = String::from_utf8_lossy(ip);
+        // An empty address means "the node you asked".
+        if !ip.is_empty() {
+            let _ = node.set_host(Some(&ip));
+        }
+        let _ = node.set_port(u16::try_from(*port).ok());
+        let node = node.to_string();
+        if !masters.contains(&node) {
+            masters.push(node);
+        }
+    }
+    Ok(masters)
+}
+
+/// Deletes every key under `prefix`: `SCAN MATCH prefix*` on the server, or on every master of a
+/// cluster, and `UNLINK` of each key found (one key per command: a cluster refuses multi-key
+/// commands across slots). Returns how many keys were deleted.
+async fn delete_prefix(
+    redis: &RedisServer,
+    masters: &[String],
+    prefix: &str,
+) -> anyhow::Result<u64> {
+    let mut nodes = Vec::new();
+    if masters.is_empty() {
+        nodes.push(redis.conn.clone());
+    } else {
+        for url in masters {
+            let client = redis::Client::open(url.as_str())?;
+            nodes.push(client.get_multiplexed_async_connection().await?);
+        }
+    }
+    let pattern = format!("{prefix}*");
+    let mut deleted = 0;
+    for mut conn in nodes {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                let mut pipe = redis::pipe();
+                for key in &keys {
+                    pipe.cmd("UNLINK").arg(key);
+                }
+                let removed: Vec<u64> = pipe.query_async(&mut conn).await?;
+                deleted += removed.iter().sum::<u64>();
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// Every row: path × policy × concurrency, idem then raw.
+async fn all_rows<C>(conn: C, plan: &Plan<'_>, concurrency: &[u32]) -> Result<Vec<Row>, Failure>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let mut rows = Vec::new();
+    for path in [CallPath::New, CallPath::Replay] {
+        for policy in [PolicyName::Compatible, PolicyName::Hardened] {
+            for &callers in concurrency {
+                let ours = idem_sample(conn.clone(), plan, path, policy, callers).await?;
+                let raw = raw_sample(conn.clone(), plan, path, policy, callers).await?;
+                rows.push(Row::new("idem", path, policy.name(), callers, &ours, &raw));
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// A batch of coordinated calls. Each call's source is checked: a new key must run the action
+/// (`Ran`), a replay must not (`Replayed`). A compatible coordinator fails open, so without this
+/// check a Redis that went away would show up as a fast bench instead of an error.
+async fn idem_sample<C>(
+    conn: C,
+    plan: &Plan<'_>,
+    path: CallPath,
+    policy: PolicyName,
+    callers: u32,
+) -> Result<Sample, Failure>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let coordinator = Coordinator::new(conn, policy.policy()).with_prefix(plan.prefix);
+    let operation = format!("bench.{}.{}.{callers}", path.name(), policy.name());
+    let replay_key = "stored";
+    if path == CallPath::Replay {
+        let first = coordinator
+            .coordinate(Request::new(&operation, replay_key, TTL), |_| async {
+                Ok::<_, Infallible>(json!({"n": 0}))
+            })
+            .await;
+        expect_source(first, Expect::Ran)?;
+    }
+    let call = |n: u64| {
+        let coordinator = &coordinator;
+        let operation = &operation;
+        async move {
+            let key = match path {
+                CallPath::New => n.to_string(),
+                CallPath::Replay => replay_key.to_string(),
+            };
+            let outcome = coordinator
+                .coordinate(Request::new(operation, &key, TTL), |_| async move {
+                    Ok::<_, Infallible>(json!({"n": n}))
+                })
+                .await;
+            expect_source(
+                outcome,
+                match path {
+                    CallPath::New => Expect::Ran,
+                    CallPath::Replay => Expect::Replayed,
+                },
+            )
+        }
+    };
+    let warm = warm_up(plan.ops);
+    measure(plan.ops, warm, callers, plan.bar, call).await?;
+    measure(0, plan.ops, callers, plan.bar, call).await
+}
+
+/// Checks a coordinated call's source against what the path must give.
+fn expect_source(
+    outcome: Result<idem::Coordinated<serde_json::Value>, idem::Error<Infallible>>,
+    expected: Expect,
+) -> Result<(), Failure> {
+    let unexpected = |got: String| Failure {
+        code: exit::DRIFT,
+        error: anyhow!(t(Msg::new("bench.unexpected")
+            .arg("expected", format!("{expected:?}"))
+            .arg("got", got))),
+    };
+    match outcome {
+        Ok(done) => match (&done.source, expected) {
+            (Source::Ran, Expect::Ran) | (Source::Replayed, Expect::Replayed) => Ok(()),
+            // The compatible policy fails open: a Redis that went away shows up here.
+            (Source::Unprotected(Unprotected::Storage(error)), _) => {
+                Err(storage(anyhow!("{error}")))
+            }
+            (other, _) => Err(unexpected(format!("{other:?}"))),
+        },
+        Err(idem::Error::Storage(error)) => Err(storage(anyhow!("{error}"))),
+        Err(error) => Err(unexpected(error.to_string())),
+    }
+}
+
+/// What a coordinated call must report as its source.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// A new key: the action ran under our reservation and its result is stored.
+    Ran,
+    /// A stored key: the result was replayed, the action did not run.
+    Replayed,
+}
+
+/// A record as idem writes it (idempotency-kit's shape, compact JSON), for the raw client's
+/// payloads: the same size on the wire as idem's.
+fn record_json(operation: &str, key: &str, status: &str, owner: Option<&str>) -> String {
+    let result = if status == "pending" {
+        "null"
+    } else {
+        "{\"n\":1}"
+    };
+    let owner = owner.map_or(String::new(), |o| format!(",\"owner\":\"{o}\""));
+    format!(
+        "{{\"operation\":\"{operation}\",\"idempotency_key\":\"{key}\",\"result\":{result},\
+         \"created_at\":\"2026-11-30T12:00:00.000000Z\",\"expires_at\":\"2026-11-30T13:00:00.000000Z\",\
+         \"status\":\"{status}\",\"fingerprint\":null{owner}}}"
+    )
+}
+
+/// A batch of the bare client's round trips, mirroring idem's (see the module's table).
+async fn raw_sample<C>(
+    conn: C,
+    plan: &Plan<'_>,
+    path: CallPath,
+    policy: PolicyName,
+    callers: u32,
+) -> Result<Sample, Failure>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let settings = policy.policy();
+    let lease_ms = settings.lease.as_millis() as u64;
+    let ttl_ms = TTL.as_millis() as u64;
+    let retention_ms = settings.fence_retention.as_millis() as u64;
+    let operation = format!("raw.{}.{}.{callers}", path.name(), policy.name());
+    let owner = (policy == PolicyName::Hardened).then_some(RAW_OWNER);
+    let replay_key = "stored";
+    let key_of = |n: u64| match path {
+        CallPath::New => n.to_string(),
+        CallPath::Replay => replay_key.to_string(),
+    };
+    if path == CallPath::Replay {
+        let record_key = format!("{}{operation}:{replay_key}", plan.prefix);
+        let record = record_json(&operation, replay_key, "completed", owner);
+        let mut conn = conn.clone();
+        redis::cmd("SET")
+            .arg(&record_key)
+            .arg(record)
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(storage)?;
+    }
+    let call = |n: u64| {
+        let mut conn = conn.clone();
+        let key = key_of(n);
+        let record_key = format!("{}{operation}:{key}", plan.prefix);
+        let pending = record_json(&operation, &key, "pending", owner);
+        let operation = &operation;
+        async move {
+            let taken = match policy {
+                PolicyName::Compatible => {
+                    let previous: Option<Vec<u8>> = redis::cmd("SET")
+                        .arg(&record_key)
+                        .arg(&pending)
+                        .arg("NX")
+                        .arg("GET")
+                        .arg("PX")
+                        .arg(lease_ms)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(storage)?;
+                    previous.is_some()
+                }
+                PolicyName::Hardened => {
+                    let fence_key = idem::key::fence_key(plan.prefix, &record_key);
+                    let reply: Value = RESERVE
+                        .key(&record_key)
+                        .key(&fence_key)
+                        .arg(&pending)
+                        .arg(lease_ms)
+                        .arg(lease_ms + retention_ms)
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(storage)?;
+                    matches!(reply, Value::BulkString(_))
+                }
+            };
+            match (path, taken) {
+                (CallPath::Replay, true) => return Ok(()),
+                (CallPath::New, false) => {}
+                _ => {
+                    return Err(Failure {
+                        code: exit::DRIFT,
+                        error: anyhow!(
+                            "raw client: {record_key} was not as expected (taken: {taken})"
+                        ),
+                    });
+                }
+            }
+            let record = record_json(operation, &key, "completed", owner);
+            match policy {
+                PolicyName::Compatible => redis::cmd("SET")
+                    .arg(&record_key)
+                    .arg(&record)
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map_err(storage),
+                PolicyName::Hardened => {
+                    let fence_key = idem::key::fence_key(plan.prefix, &record_key);
+                    let stored: i64 = COMPLETE
+                        .key(&record_key)
+                        .key(&fence_key)
+                        .arg(RAW_OWNER)
+                        .arg(&record)
+                        .arg(ttl_ms)
+                        .arg(ttl_ms + retention_ms)
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(storage)?;
+                    if stored == 1 {
+                        Ok(())
+                    } else {
+                        Err(Failure {
+                            code: exit::DRIFT,
+                            error: anyhow!("raw client: complete.lua did not store {record_key}"),
+                        })
+                    }
+                }
+            }
+        }
+    };
+    let warm = warm_up(plan.ops);
+    measure(plan.ops, warm, callers, plan.bar, call).await?;
+    measure(0, plan.ops, callers, plan.bar, call).await
+}
+
+/// Redis failed during the bench: the environment (exit 3), with what Redis said.
+fn storage(error: impl Into<anyhow::Error>) -> Failure {
+    let error = error.into();
+    Failure::environment(anyhow!(t(
+        Msg::new("bench.redis_failed").arg("error", error.to_string())
+    )))
+}
+
+/// Runs the Python reference bench and reads its rows (one JSON object per line on stdout).
+async fn python_rows(
+    python: &FsPath,
+    url: &str,
+    prefix: &str,
+    ops: u64,
+    concurrency: &[u32],
+) -> Result<Vec<Row>, Failure> {
+    let list: Vec<String> = concurrency.iter().map(u32::to_string).collect();
+    let failed = |error: String| {
+        Failure::environment(anyhow!(t(
+            Msg::new("bench.python_failed").arg("error", error)
+        )))
+    };
+    let mut child = tokio::process::Command::new(python)
+        .arg("-")
+        .args(["--url", url, "--prefix", prefix])
+        .args([
+            "--ops",
+            &ops.to_string(),
+            "--warm-up",
+            &warm_up(ops).to_string(),
+        ])
+        .args(["--concurrency", &list.join(",")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        // Ctrl-C drops this future: the Python bench stops with it.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| failed(e.to_string()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use tokio::io::AsyncWriteExt as _;
+        stdin
+            .write_all(PYTHON_BENCH.as_bytes())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        // Dropping stdin closes it: Python then runs what it read.
+    }
+    let output = child
+        .wait_with_output()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // Python's last line is the exception; a program that says nothing has its status.
+        let last = stderr
+            .lines()
+            .rfind(|l| !l.trim().is_empty())
+            .map_or_else(|| output.status.to_string(), str::to_string);
+        return Err(failed(last));
+    }
+    let mut rows = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| failed(format!("{e}: {line}")))?;
+        let number = |name: &str| value[name].as_f64().unwrap_or(0.0);
+        rows.push(Row {
+            bench: value["bench"]
+                .as_str()
+                .unwrap_or("idempotency-kit")
+                .to_string(),
+            path: value["path"].as_str().unwrap_or_default().to_string(),
+            policy: value["policy"].as_str().unwrap_or_default().to_string(),
+            concurrency: number("concurrency") as u32,
+            ops: number("ops") as u64,
+            ops_per_sec: tenth(number("ops_per_sec")),
+            p50_us: tenth(number("p50_us")),
+            p99_us: tenth(number("p99_us")),
+            raw_ops_per_sec: tenth(number("raw_ops_per_sec")),
+        });
+    }
+    Ok(rows)
+}
+
+/// `crates/idem/tests/python/bench.py`, built into the binary: an installed `lab` has no
+/// checkout beside it. Python reads it from stdin (`python - ARGS`), so no file is written.
+const PYTHON_BENCH: &str = include_str!("../../../../idem/tests/python/bench.py");

@@ -1,0 +1,219 @@
+//! `lab bench`: how fast the protections are, measured against the fastest thing that could do
+//! the same work, in the same run, on the same servers.
+//!
+//! ```text
+//! lab bench coordinator   idem on Redis (new keys, replays; compatible, hardened policy)
+//!                         vs a bare Redis client sending the same round trips      coordinator.rs
+//! lab bench report-api    POST /reports over HTTP (N requests, K keys, C clients)
+//!                         vs the same transaction sent directly through sqlx       report_api.rs
+//! ```
+//!
+//! Both drive their calls the same way ([`measure`]): C callers in one task, each taking the next
+//! call number from a shared counter until N calls are done (as the Python reference bench does
+//! with asyncio workers), timing each call. A row reports calls per second over the whole batch
+//! and the 50th and 99th percentile of the single calls' latencies.
+//!
+//! Output: a table for people on stdout, or with `--format json` one object per row. A progress
+//! bar counts calls on stderr, only on a terminal. Numbers vary with the machine and its load:
+//! they belong in the output, never in a test's assertion.
+
+mod coordinator;
+mod report_api;
+
+use std::future::Future;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use colored::Colorize;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::{BenchCommand, ColorArg, Global};
+use crate::session::Failure;
+
+pub async fn bench(global: &Global, command: &BenchCommand) -> Result<u8, Failure> {
+    match command {
+        BenchCommand::Coordinator {
+            ops,
+            concurrency,
+            python,
+        } => coordinator::run(global, *ops, concurrency, python.as_deref()).await,
+        BenchCommand::ReportApi {
+            requests,
+            keys,
+            concurrency,
+            target,
+        } => report_api::run(global, *requests, *keys, *concurrency, target.as_deref()).await,
+    }
+}
+
+/// One measured batch: how many calls, how long the batch took, and each call's latency.
+pub struct Sample {
+    pub ops: u64,
+    pub elapsed: Duration,
+    /// Sorted, shortest first.
+    latencies: Vec<Duration>,
+}
+
+impl Sample {
+    /// Calls per second over the whole batch (not the mean of the latencies: with C callers in
+    /// flight the batch finishes about C times sooner than the sum of its calls).
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    /// The latency below which `percent` of the calls finished, in microseconds (nearest rank).
+    pub fn percentile_us(&self, percent: f64) -> f64 {
+        if self.latencies.is_empty() {
+            return 0.0;
+        }
+        let rank = ((percent / 100.0) * self.latencies.len() as f64).ceil() as usize;
+        let index = rank.clamp(1, self.latencies.len()) - 1;
+        self.latencies[index].as_secs_f64() * 1e6
+    }
+}
+
+/// Runs calls `first..first + count` with `concurrency` callers and times them.
+///
+/// The callers are futures joined in this task, not spawned tasks: like the Python bench's
+/// asyncio workers, they share one thread of the client, so the client's own cost per call
+/// shows instead of being spread over both cores (which Redis and PostgreSQL need too). The
+/// first error stops the batch.
+pub async fn measure<F, Fut, E>(
+    first: u64,
+    count: u64,
+    concurrency: u32,
+    bar: &ProgressBar,
+    call: F,
+) -> Result<Sample, E>
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+{
+    let next = AtomicU64::new(0);
+    let caller = || async {
+        let mut latencies = Vec::new();
+        loop {
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            if n >= count {
+                return Ok::<_, E>(latencies);
+            }
+            let started = Instant::now();
+            call(first + n).await?;
+            latencies.push(started.elapsed());
+            bar.inc(1);
+        }
+    };
+    let started = Instant::now();
+    let callers = (0..concurrency.max(1)).map(|_| caller());
+    let per_caller = futures_util::future::try_join_all(callers).await?;
+    let elapsed = started.elapsed();
+    let mut latencies: Vec<Duration> = per_caller.into_iter().flatten().collect();
+    latencies.sort_unstable();
+    Ok(Sample {
+        ops: count,
+        elapsed,
+        latencies,
+    })
+}
+
+/// Calls made before a batch and not counted: connections opened, scripts loaded, caches warm.
+/// A tenth of the batch, at most 300 (the Python reference warms up with 300).
+pub fn warm_up(ops: u64) -> u64 {
+    (ops / 10).clamp(1, 300)
+}
+
+/// A bar counting calls on stderr: only when stderr is a terminal, and not with `--color never`
+/// (it is drawn with escape codes).
+pub fn progress(global: &Global, total: u64) -> ProgressBar {
+    let bar = if std::io::stderr().is_terminal() && global.color != ColorArg::Never {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} · {msg} · {elapsed}")
+            .expect("a valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Rounds to one decimal: enough for ops/s and microseconds, and short in JSON.
+pub fn tenth(value: f64) -> f64 {
+    (value * 10.0).round() / 10.0
+}
+
+/// Prints rows as a table: a bold header, columns right-aligned except the first `left` ones.
+pub fn print_table(header: &[String], rows: &[Vec<String>], left: usize) {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].chars().count())
+                .chain([header[c].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                let pad = widths[c].saturating_sub(cell.chars().count());
+                if c < left {
+                    format!("{cell}{}", " ".repeat(pad))
+                } else {
+                    format!("{}{cell}", " ".repeat(pad))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    say!("  {}", line(header).bold());
+    for row in rows {
+        say!("  {}", line(row));
+    }
+}
+
+/// A ratio to the limit, coloured: green from half the limit on, yellow below.
+pub fn ratio_cell(ratio: f64) -> String {
+    let text = format!("{ratio:.2}");
+    if ratio >= 0.5 {
+        text.green().to_string()
+    } else {
+        text.yellow().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let sample = Sample {
+            ops: 100,
+            elapsed: Duration::from_secs(1),
+            latencies: (1..=100).map(Duration::from_micros).collect(),
+        };
+        assert_eq!(sample.percentile_us(50.0).round(), 50.0);
+        assert_eq!(sample.percentile_us(99.0).round(), 99.0);
+        assert_eq!(sample.ops_per_sec(), 100.0);
+    }
+
+    #[tokio::test]
+    async fn every_call_is_made_once() {
+        let seen = parking_lot::Mutex::new(Vec::new());
+        let sample = measure(10, 25, 4, &ProgressBar::hidden(), |n| {
+            seen.lock().push(n);
+            async { Ok::<_, ()>(()) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(sample.ops, 25);
+        let mut seen = seen.into_inner();
+        seen.sort_unstable();
+        assert_eq!(seen, (10..35).collect::<Vec<_>>());
+    }
+}

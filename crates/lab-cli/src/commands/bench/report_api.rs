@@ -1,0 +1,417 @@
+//! `lab bench report-api`: N requests over K Idempotency-Keys at concurrency C against the report
+//! service, then the count of reports, which must be exactly K; and the same transaction sent
+//! directly through sqlx, to see what HTTP, JSON and the service's handler cost on top of it.
+//!
+//! ```text
+//! http   POST /reports {"task_id": k+1, "report_type": "bench"}, Idempotency-Key: <tag>-http-<k>
+//!        (request i uses key k = i mod K): the first request of a key gets 201, every other 200
+//! sqlx   BEGIN; INSERT … ON CONFLICT (idempotency_key) DO NOTHING RETURNING id;
+//!        if no row: SELECT id, payload_hash … WHERE idempotency_key = $1; COMMIT
+//!        (crates/lab-services/src/reports.rs, `create_report_to_the_end`), keys <tag>-sqlx-<k>
+//! ```
+//!
+//! The embedded service is started as `lab run` starts it (a `Stage` on a run schema of a
+//! throwaway PostgreSQL, or of `--database-url`), and the direct transaction runs on the same
+//! pool, so both sides have the same eight connections. With `--target URL` the requests go to
+//! a running service (`lab serve`'s, or any service with this API), and the reports are counted
+//! through its `GET /reports`; the direct side then runs on a schema of our own PostgreSQL, which
+//! is not the target's database, so compare the two with that in mind. Reports made on a target
+//! stay there (the API cannot delete them); their keys carry the bench's tag.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use lab_core::{Checkpoints, Msg};
+use lab_infra::{Needs, RunSpace};
+use lab_scenarios::stage::{self, Ports, Stage, StageConfig};
+use lab_services::reports::{self, CreateReport};
+use serde_json::json;
+use sqlx::PgPool;
+use tokio_util::task::TaskTracker;
+
+use super::{Sample, measure, print_table, progress, ratio_cell, tenth};
+use crate::cli::{FormatArg, Global, exit};
+use crate::session::{self, Failure, Guarded, Mode, Session};
+use crate::words::t;
+
+/// The report type of every bench request: the payload hash of key k is then fixed by k alone,
+/// so a replay is always "same key, same payload" (200), never a 409.
+const REPORT_TYPE: &str = "bench";
+
+/// One side of the comparison.
+struct Side {
+    via: &'static str,
+    sample: Sample,
+    created: u64,
+    replayed: u64,
+    /// Reports with this side's keys afterwards; `None` when they cannot be counted.
+    reports: Option<u64>,
+}
+
+pub async fn run(
+    global: &Global,
+    requests: u64,
+    keys: u64,
+    concurrency: u32,
+    target: Option<&str>,
+) -> Result<u8, Failure> {
+    let target = match target {
+        Some(given) => Some(check_target(given)?),
+        None => None,
+    };
+    let session = Session::open(global, Mode::Headless)?;
+    let servers = match session.start_servers(Needs::POSTGRES).await? {
+        Ok(servers) => servers,
+        Err(signal) => return Ok(session::interrupted(signal)),
+    };
+    let space = match RunSpace::create(&servers, &stage::schemas(&[&reports::SPEC])).await {
+        Ok(space) => space,
+        Err(e) => {
+            session.close(servers).await;
+            return Err(Failure::environment(e));
+        }
+    };
+    let tag = format!("bench-{}", space.run_id);
+    let bar = progress(global, 2 * requests);
+    let tasks = TaskTracker::new();
+
+    let work = async {
+        let pool = space
+            .pg
+            .clone()
+            .ok_or_else(|| Failure::environment(anyhow!("no PostgreSQL pool")))?;
+        // The embedded service, started as a scenario run starts it: silent, no faults.
+        let (url, stage) = match &target {
+            Some(url) => (url.clone(), None),
+            None => {
+                let config = StageConfig {
+                    space: &space,
+                    narrator: None,
+                    checkpoints: Checkpoints::new(),
+                    tasks: tasks.clone(),
+                    faults: None,
+                    hops: &[],
+                };
+                let stage = Stage::start(&[&reports::SPEC], &config, Ports::Free)
+                    .await
+                    .map_err(|e| {
+                        Failure::environment(anyhow!("cannot start the report service: {e}"))
+                    })?;
+                let url = stage
+                    .get(&reports::SPEC)
+                    .map(|handle| handle.url.clone())
+                    .ok_or_else(|| {
+                        Failure::environment(anyhow!("the report service did not start"))
+                    })?;
+                (url, Some(stage))
+            }
+        };
+        bar.set_message("http");
+        let http = over_http(&url, &tag, requests, keys, concurrency, &bar).await;
+        if let Some(stage) = stage {
+            stage.stop().await;
+        }
+        let mut http = http?;
+        http.reports = match &target {
+            None => Some(count_in_database(&pool, &format!("{tag}-http-")).await?),
+            Some(url) => count_through_api(url, &format!("{tag}-http-")).await,
+        };
+        bar.set_message("sqlx");
+        let mut direct = directly(&pool, &tag, requests, keys, concurrency, &bar).await?;
+        direct.reports = Some(count_in_database(&pool, &format!("{tag}-sqlx-")).await?);
+        Ok::<_, Failure>([http, direct])
+    };
+    let outcome = session.guarded(work).await;
+    bar.finish_and_clear();
+    tasks.close();
+    tasks.wait().await;
+    let _ = space.release(&servers, false).await;
+    session.close(servers).await;
+    let sides = match outcome {
+        Guarded::Finished(Ok(sides)) => sides,
+        Guarded::Finished(Err(failure)) => return Err(failure),
+        Guarded::Interrupted(signal) => return Ok(session::interrupted(signal)),
+        Guarded::Quit => return Ok(session::quit()),
+    };
+
+    // Exactly K reports on each side, or the protection failed (drift, exit 1). A target whose
+    // reports cannot be counted is said so, and does not fail the bench.
+    let exact = sides.iter().all(|s| s.reports.is_none_or(|n| n == keys));
+    let direct_rate = sides[1].sample.ops_per_sec();
+    if session.format == FormatArg::Json {
+        for side in &sides {
+            let ops_per_sec = tenth(side.sample.ops_per_sec());
+            say!(
+                "{}",
+                json!({
+                    "bench": "report-api",
+                    "via": side.via,
+                    "target": target.as_deref().unwrap_or("embedded"),
+                    "requests": requests,
+                    "keys": keys,
+                    "concurrency": concurrency,
+                    "requests_per_sec": ops_per_sec,
+                    "p50_us": tenth(side.sample.percentile_us(50.0)),
+                    "p99_us": tenth(side.sample.percentile_us(99.0)),
+                    "created": side.created,
+                    "replayed": side.replayed,
+                    "reports": side.reports,
+                    "expected_reports": keys,
+                    "ratio_to_sqlx": ops_per_sec / tenth(direct_rate).max(f64::MIN_POSITIVE),
+                })
+            );
+        }
+    } else {
+        say!(
+            "{}",
+            t(Msg::new("bench.report_title")
+                .arg("requests", requests.to_string())
+                .arg("keys", keys.to_string())
+                .arg("concurrency", concurrency.to_string())
+                .arg("target", target.as_deref().unwrap_or("embedded")))
+        );
+        say!();
+        let header: Vec<String> = [
+            "col_via",
+            "col_requests_per_sec",
+            "col_p50",
+            "col_p99",
+            "col_created",
+            "col_replayed",
+            "col_reports",
+            "col_ratio_sqlx",
+        ]
+        .iter()
+        .map(|key| t(Msg::new(format!("bench.{key}"))))
+        .collect();
+        let cells: Vec<Vec<String>> = sides
+            .iter()
+            .map(|side| {
+                vec![
+                    side.via.to_string(),
+                    format!("{:.0}", side.sample.ops_per_sec()),
+                    format!("{:.0}", side.sample.percentile_us(50.0)),
+                    format!("{:.0}", side.sample.percentile_us(99.0)),
+                    side.created.to_string(),
+                    side.replayed.to_string(),
+                    side.reports
+                        .map_or_else(|| "?".to_string(), |n| n.to_string()),
+                    ratio_cell(side.sample.ops_per_sec() / direct_rate.max(f64::MIN_POSITIVE)),
+                ]
+            })
+            .collect();
+        print_table(&header, &cells, 1);
+        say!();
+        say!("{}", t("bench.report_means"));
+        if target.is_some() {
+            say!("{}", t("bench.report_direct_elsewhere"));
+        }
+        if sides[0].reports.is_none() {
+            say!("{}", t("bench.report_uncounted"));
+        }
+        say!(
+            "{}",
+            t(if exact {
+                Msg::new("bench.report_exact").arg("keys", keys.to_string())
+            } else {
+                Msg::new("bench.report_not_exact").arg("keys", keys.to_string())
+            })
+        );
+    }
+    Ok(if exact { exit::OK } else { exit::DRIFT })
+}
+
+/// `--target`: an http URL, without a trailing slash.
+fn check_target(given: &str) -> Result<String, Failure> {
+    let parsed = url::Url::parse(given).map_err(|e| {
+        Failure::usage(t(Msg::new("bench.bad_target")
+            .arg("url", given)
+            .arg("reason", e.to_string())))
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
+        return Err(Failure::usage(t(Msg::new("bench.bad_target")
+            .arg("url", given)
+            .arg("reason", t("url_scheme")))));
+    }
+    Ok(given.trim_end_matches('/').to_string())
+}
+
+/// The request for call `n`: key `n mod K`, and a payload fixed by the key.
+fn request_of(n: u64, keys: u64) -> (u64, CreateReport) {
+    let k = n % keys;
+    let body = CreateReport {
+        task_id: i64::try_from(k + 1).unwrap_or(i64::MAX),
+        report_type: REPORT_TYPE.to_string(),
+    };
+    (k, body)
+}
+
+async fn over_http(
+    url: &str,
+    tag: &str,
+    requests: u64,
+    keys: u64,
+    concurrency: u32,
+    bar: &indicatif::ProgressBar,
+) -> Result<Side, Failure> {
+    // A connection per concurrent client, kept alive between its requests (as a real client's
+    // pool does); a generous timeout, since a loaded machine is slow, not broken.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency as usize)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(Failure::environment)?;
+    let created = AtomicU64::new(0);
+    let replayed = AtomicU64::new(0);
+    let endpoint = format!("{url}/reports");
+    let sample = measure(0, requests, concurrency, bar, |n| {
+        let (k, body) = request_of(n, keys);
+        let request = client
+            .post(&endpoint)
+            .header("Idempotency-Key", format!("{tag}-http-{k}"))
+            .json(&body);
+        let (created, replayed) = (&created, &replayed);
+        async move {
+            let response = request.send().await.map_err(|e| {
+                Failure::environment(anyhow!(t(
+                    Msg::new("bench.service_failed").arg("error", e.to_string())
+                )))
+            })?;
+            match response.status().as_u16() {
+                201 => created.fetch_add(1, Ordering::Relaxed),
+                200 => replayed.fetch_add(1, Ordering::Relaxed),
+                status => {
+                    let text = response.text().await.unwrap_or_default();
+                    return Err(Failure {
+                        code: exit::DRIFT,
+                        error: anyhow!(t(Msg::new("bench.unexpected_status")
+                            .arg("status", status.to_string())
+                            .arg("body", text))),
+                    });
+                }
+            };
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(Side {
+        via: "http",
+        sample,
+        created: created.into_inner(),
+        replayed: replayed.into_inner(),
+        reports: None,
+    })
+}
+
+/// The service's transaction, sent directly: what a request costs without HTTP around it.
+async fn directly(
+    pool: &PgPool,
+    tag: &str,
+    requests: u64,
+    keys: u64,
+    concurrency: u32,
+    bar: &indicatif::ProgressBar,
+) -> Result<Side, Failure> {
+    let created = AtomicU64::new(0);
+    let replayed = AtomicU64::new(0);
+    let sample = measure(0, requests, concurrency, bar, |n| {
+        let (k, body) = request_of(n, keys);
+        let key = format!("{tag}-sqlx-{k}");
+        let (created, replayed) = (&created, &replayed);
+        // In a task of its own, as the service runs each request's transaction
+        // (`tasks.spawn(create_report_to_the_end(…))`): otherwise the C transactions would share
+        // this one task's thread, while the service's spread over the runtime's threads.
+        let transaction = tokio::spawn(create_report(pool.clone(), key, body));
+        async move {
+            let inserted = transaction
+                .await
+                .map_err(|e| Failure::environment(anyhow!("the transaction's task failed: {e}")))?
+                .map_err(|e| Failure::environment(anyhow!(lab_infra::pg_message(&e))))?;
+            if inserted {
+                created.fetch_add(1, Ordering::Relaxed);
+            } else {
+                replayed.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(Side {
+        via: "sqlx",
+        sample,
+        created: created.into_inner(),
+        replayed: replayed.into_inner(),
+        reports: None,
+    })
+}
+
+/// `create_report_to_the_end`'s transaction (reports.rs), without the service around it.
+/// Returns whether this call inserted the report.
+async fn create_report(pool: PgPool, key: String, req: CreateReport) -> Result<bool, sqlx::Error> {
+    let (key, req) = (key.as_str(), &req);
+    let hash = reports::payload_hash(req);
+    let mut tx = pool.begin().await?;
+    let inserted: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO reports (task_id, report_type, idempotency_key, payload_hash)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (idempotency_key) DO NOTHING
+         RETURNING id",
+    )
+    .bind(req.task_id)
+    .bind(&req.report_type)
+    .bind(key)
+    .bind(&hash)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if inserted.is_some() {
+        tx.commit().await?;
+        return Ok(true);
+    }
+    let (_id, stored_hash): (i64, String) =
+        sqlx::query_as("SELECT id, payload_hash FROM reports WHERE idempotency_key = $1")
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+    tx.commit().await?;
+    if stored_hash != hash {
+        return Err(sqlx::Error::Protocol(format!(
+            "key {key} was stored with another payload"
+        )));
+    }
+    Ok(false)
+}
+
+/// Reports whose key starts with `prefix`, read from the run's schema.
+async fn count_in_database(pool: &PgPool, prefix: &str) -> Result<u64, Failure> {
+    let count: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM reports WHERE starts_with(idempotency_key, $1)")
+            .bind(prefix)
+            .fetch_one(pool)
+            .await
+            .map_err(|e| Failure::environment(anyhow!(lab_infra::pg_message(&e))))?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// Reports whose key starts with `prefix`, through the service's `GET /reports`; `None` when the
+/// service does not answer it as the report service does.
+async fn count_through_api(url: &str, prefix: &str) -> Option<u64> {
+    let listing: serde_json::Value = reqwest::get(format!("{url}/reports"))
+        .await
+        .ok()?
+        .error_for_status()
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    let rows = listing.get("reports")?.as_array()?;
+    Some(
+        rows.iter()
+            .filter(|row| {
+                row["idempotency_key"]
+                    .as_str()
+                    .is_some_and(|key| key.starts_with(prefix))
+            })
+            .count() as u64,
+    )
+}
