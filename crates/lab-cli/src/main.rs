@@ -16,13 +16,15 @@ macro_rules! say {
     };
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+        // Through the queue, after the narrative it follows (see `output`).
+        let _ = writeln!($crate::output::QueuedStdout, $($arg)*);
     }};
 }
 
 mod cli;
 mod commands;
 mod logging;
+mod output;
 mod session;
 mod web;
 mod words;
@@ -71,5 +73,7 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(commands::dispatch(cli));
     runtime.shutdown_timeout(Duration::from_millis(200));
+    // Everything queued for stdout is written before the process ends.
+    output::drain();
     ExitCode::from(code)
 }

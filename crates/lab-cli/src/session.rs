@@ -294,9 +294,10 @@ impl Session {
                 JsonRenderer::new(self.library.texts.clone(), self.lang).with_answers(self.answers),
             ),
         };
+        // Never blocks on a slow reader: the story must not depend on how fast it is read.
         Arc::new(parking_lot::Mutex::new(WriteSink::new(
             renderer,
-            std::io::stdout(),
+            crate::output::QueuedStdout,
         )))
     }
 
@@ -483,6 +484,8 @@ fn stdin() -> BufReader<tokio::io::Stdin> {
 fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
     let texts = library.texts.clone();
     Box::new(move |pause| {
+        // The prompt goes to stderr: the step it follows must be on the screen first.
+        crate::output::drain();
         let key = match pause {
             Pause::Step => "gate.step",
             Pause::Service => "gate.service",
@@ -495,6 +498,7 @@ fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
 
 /// Says that lab was interrupted and everything is cleaned up; the exit code for it.
 pub fn interrupted(signal: Interrupt) -> u8 {
+    crate::output::drain();
     eprintln!("{}", t("interrupted"));
     signal.exit_code()
 }
@@ -502,6 +506,7 @@ pub fn interrupted(signal: Interrupt) -> u8 {
 /// Says that the learner stopped step mode and everything is cleaned up; the exit code for it
 /// (the same as Ctrl-C: the run did not get to its facts).
 pub fn quit() -> u8 {
+    crate::output::drain();
     eprintln!("{}", t("stopped"));
     exit::INTERRUPTED
 }

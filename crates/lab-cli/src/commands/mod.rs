@@ -65,6 +65,8 @@ pub async fn dispatch(cli: Cli) -> u8 {
     match result {
         Ok(code) => code,
         Err(Failure { code, error }) => {
+            // After whatever the command printed before it failed.
+            crate::output::drain();
             eprintln!("{} {}", t("error_prefix"), one_line(&error));
             code
         }

@@ -20,6 +20,8 @@ use crate::web::{self, WebServer};
 /// Tells how to look at a kept run (on stderr: run ids are not part of the narrative). A
 /// password in a URL is not printed; psql asks for it (or reads PGPASSWORD).
 fn print_kept(kept: &KeptRun) {
+    // After the narrative of the run it describes.
+    crate::output::drain();
     eprintln!("lab: kept schema {}", kept.schema);
     if let Some(url) = &kept.pg_url {
         eprintln!(

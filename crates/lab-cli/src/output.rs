@@ -1,0 +1,99 @@
+//! Stdout that never holds up a run.
+//!
+//! A reader that stops reading fills the pipe: `lab run all | less` left on its first page, or a
+//! test that reads one run's output before another's. A write into a full pipe blocks, and the
+//! narrative is written from inside the run: a service handler tells what it does while its
+//! client's timeout keeps running. Were that write to block, the handler would stop mid-request
+//! and the story would change with the reader's speed (`redis-down`'s calls stopped being
+//! answered within the client's 10 s). So everything `lab` prints on stdout goes into a queue,
+//! and a thread of its own writes the queue out, in order; the run never waits for the reader.
+//!
+//! [`drain`] waits until everything queued so far is written. It is called before a step-mode
+//! prompt (prompts go to stderr, and must come after the text they follow) and before `lab`
+//! exits, so nothing queued is lost. A stdout that is closed (`lab run all | head`) drops what
+//! is left, as a direct write would have.
+
+use std::io::Write;
+use std::sync::OnceLock;
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+
+enum Out {
+    Bytes(Vec<u8>),
+    /// Answered once everything queued before it has been written.
+    Drained(SyncSender<()>),
+}
+
+static QUEUE: OnceLock<Sender<Out>> = OnceLock::new();
+
+/// The queue, with its writer thread started on first use.
+fn queue() -> &'static Sender<Out> {
+    QUEUE.get_or_init(|| {
+        let (send, receive) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("lab-stdout".into())
+            .spawn(move || write_out(receive))
+            .expect("a thread for stdout");
+        send
+    })
+}
+
+/// The writer thread: writes each piece as it comes, flushing whenever the queue runs dry (so a
+/// line that is not finished yet still shows).
+fn write_out(receive: Receiver<Out>) {
+    let mut stdout = std::io::stdout().lock();
+    // After a failed write (a closed pipe) the rest is dropped, but drains are still answered.
+    let mut open = true;
+    loop {
+        let piece = match receive.try_recv() {
+            Ok(piece) => piece,
+            Err(TryRecvError::Empty) => {
+                open = open && stdout.flush().is_ok();
+                match receive.recv() {
+                    Ok(piece) => piece,
+                    Err(_) => break,
+                }
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
+        match piece {
+            Out::Bytes(bytes) => {
+                open = open && stdout.write_all(&bytes).is_ok();
+            }
+            Out::Drained(done) => {
+                open = open && stdout.flush().is_ok();
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// A handle that writes to stdout through the queue: `write` never blocks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueuedStdout;
+
+impl Write for QueuedStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The writer thread lives as long as the process; a send cannot fail before exit.
+        let _ = queue().send(Out::Bytes(buf.to_vec()));
+        Ok(buf.len())
+    }
+
+    /// Waits for nothing: the writer flushes by itself whenever the queue runs dry. Use
+    /// [`drain`] to wait until the text is out.
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Waits until everything queued so far is on stdout (or dropped, if stdout is closed). Blocks
+/// for as long as the reader takes: call it only where waiting for the reader is right.
+pub fn drain() {
+    let Some(queue) = QUEUE.get() else {
+        // Nothing was ever queued.
+        return;
+    };
+    let (done, written) = mpsc::sync_channel(1);
+    if queue.send(Out::Drained(done)).is_ok() {
+        let _ = written.recv();
+    }
+}
