@@ -38,6 +38,17 @@ use tracing::Instrument as _;
 use crate::api::{ApiError, JsonBody, PathParams, method_not_allowed, not_found};
 use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
 
+/// The keyed insert of `POST /reports`: one statement that inserts, or does nothing when the key
+/// is stored already (`lab bench report-api` runs the same statements directly, through sqlx).
+pub const INSERT_KEYED: &str =
+    "INSERT INTO reports (task_id, report_type, idempotency_key, payload_hash)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (idempotency_key) DO NOTHING
+         RETURNING id";
+
+/// The report stored under a key, read when the keyed insert did nothing.
+pub const SELECT_BY_KEY: &str = "SELECT id, payload_hash FROM reports WHERE idempotency_key = $1";
+
 /// The report service, as the lab starts it.
 pub static SPEC: ServiceSpec = ServiceSpec {
     name: NAME,
@@ -297,18 +308,13 @@ async fn create_report_to_the_end(
     service.checkpoints.reached(BEFORE_INSERT).await;
     // If another transaction has inserted this key but not committed yet, this statement waits
     // for it; then it either inserts (the other rolled back) or does nothing (it committed).
-    let inserted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO reports (task_id, report_type, idempotency_key, payload_hash)
-         VALUES ($1, $2, $3, $4)
-         ON CONFLICT (idempotency_key) DO NOTHING
-         RETURNING id",
-    )
-    .bind(req.task_id)
-    .bind(&req.report_type)
-    .bind(&key)
-    .bind(&hash)
-    .fetch_optional(&mut *tx)
-    .await?;
+    let inserted: Option<i64> = sqlx::query_scalar(INSERT_KEYED)
+        .bind(req.task_id)
+        .bind(&req.report_type)
+        .bind(&key)
+        .bind(&hash)
+        .fetch_optional(&mut *tx)
+        .await?;
 
     if let Some(report_id) = inserted {
         service.checkpoints.reached(AFTER_INSERT).await;
@@ -328,11 +334,10 @@ async fn create_report_to_the_end(
 
     // The key exists. Under READ COMMITTED each statement sees every committed row, including
     // the one that made our INSERT do nothing.
-    let (report_id, stored_hash): (i64, String) =
-        sqlx::query_as("SELECT id, payload_hash FROM reports WHERE idempotency_key = $1")
-            .bind(&key)
-            .fetch_one(&mut *tx)
-            .await?;
+    let (report_id, stored_hash): (i64, String) = sqlx::query_as(SELECT_BY_KEY)
+        .bind(&key)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     if stored_hash != hash {
         tracing::info!(report_id, "key reused for another payload: refused");

@@ -352,27 +352,21 @@ async fn create_report(pool: PgPool, key: String, req: CreateReport) -> Result<b
     let (key, req) = (key.as_str(), &req);
     let hash = reports::payload_hash(req);
     let mut tx = pool.begin().await?;
-    let inserted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO reports (task_id, report_type, idempotency_key, payload_hash)
-         VALUES ($1, $2, $3, $4)
-         ON CONFLICT (idempotency_key) DO NOTHING
-         RETURNING id",
-    )
-    .bind(req.task_id)
-    .bind(&req.report_type)
-    .bind(key)
-    .bind(&hash)
-    .fetch_optional(&mut *tx)
-    .await?;
+    let inserted: Option<i64> = sqlx::query_scalar(lab_services::reports::INSERT_KEYED)
+        .bind(req.task_id)
+        .bind(&req.report_type)
+        .bind(key)
+        .bind(&hash)
+        .fetch_optional(&mut *tx)
+        .await?;
     if inserted.is_some() {
         tx.commit().await?;
         return Ok(true);
     }
-    let (_id, stored_hash): (i64, String) =
-        sqlx::query_as("SELECT id, payload_hash FROM reports WHERE idempotency_key = $1")
-            .bind(key)
-            .fetch_one(&mut *tx)
-            .await?;
+    let (_id, stored_hash): (i64, String) = sqlx::query_as(lab_services::reports::SELECT_BY_KEY)
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     if stored_hash != hash {
         return Err(sqlx::Error::Protocol(format!(
