@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
-use lab_core::gate::Pause;
+use lab_core::gate::{Look, Options, Pause, Place, Screen, Viewer};
 use lab_core::narrator::SharedSink;
-use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink};
+use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink, swimlanes};
 use lab_core::text::COMMON;
-use lab_core::{Gate, Lang, Msg, Narrator};
+use lab_core::{Event, Gate, Lang, Msg, Narrator};
 use lab_infra::{Needs, Origin, ServerOptions, Servers};
 use lab_scenarios::{Entry, Library, RunConfig, ScenarioError};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -257,8 +257,15 @@ impl Session {
         let library = library()?;
         let gate = match (mode, global.step, global.quiz) {
             (Mode::Headless, _, _) => Gate::default(),
-            (Mode::Live, true, _) => Gate::stepping(stdin(), prompt(&library, lang)),
-            (Mode::Live, false, true) => Gate::quizzing(stdin(), prompt(&library, lang)),
+            (Mode::Live, true, _) => Gate::stepping_with(
+                stdin(),
+                prompt(&library, lang),
+                Options {
+                    viewer: Some(viewer(&library, lang, color, global)),
+                    screen: screen(),
+                },
+            ),
+            (Mode::Live, false, true) => Gate::quizzing(stdin(), prompt(&library, lang), screen()),
             (Mode::Live, false, false) => Gate::default(),
         };
         Ok(Session {
@@ -298,6 +305,13 @@ impl Session {
             renderer,
             std::io::stdout(),
         )))
+    }
+
+    /// How many steps a scenario's run has, counted in its expected narrative (`None` before
+    /// its first `--bless`, or when the file does not count its steps in order).
+    pub fn expected_steps(&self, scenario: &str) -> Option<u32> {
+        let narrative = self.library.expected_narrative(scenario, Lang::En)?;
+        lab_core::render::count_steps(&narrative)
     }
 
     /// A narrator that renders live and pauses at the session's gate.
@@ -479,18 +493,86 @@ fn stdin() -> BufReader<tokio::io::Stdin> {
     BufReader::new(tokio::io::stdin())
 }
 
-/// The prompts of `--step` and `--quiz`, in the learner's language.
+/// The footers of `--step` and `--quiz`, in the learner's language: where the run is (`step
+/// 3/8`, or `step 3` when the count is not known) and the keys of this pause.
 fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
     let texts = library.texts.clone();
-    Box::new(move |pause| {
-        let key = match pause {
+    Box::new(move |place: Place| {
+        let key = match place.pause {
             Pause::Step => "gate.step",
             Pause::Service => "gate.service",
             Pause::Predict => "gate.predict",
             Pause::Reveal => "gate.reveal",
         };
-        texts.render(COMMON, lang, &Msg::new(key))
+        let keys = texts.render(COMMON, lang, &Msg::new(key));
+        // Before the first step (a service that pauses while the story is set up) there is no
+        // progress to tell.
+        if place.step == 0 {
+            return texts.render(
+                COMMON,
+                lang,
+                &Msg::new("gate.footer_bare").arg("keys", keys),
+            );
+        }
+        let progress = match place.of {
+            Some(of) => Msg::new("gate.progress")
+                .arg("step", place.step)
+                .arg("of", of),
+            None => Msg::new("gate.progress_unknown").arg("step", place.step),
+        };
+        let progress = texts.render(COMMON, lang, &progress);
+        texts.render(
+            COMMON,
+            lang,
+            &Msg::new("gate.footer")
+                .arg("progress", progress)
+                .arg("keys", keys),
+        )
     })
+}
+
+/// What `s`, `d` and `b` show at a pause: the same renderers as the narrative and `--diagram`,
+/// in the learner's language and colours, on the events recorded so far.
+fn viewer(library: &Library, lang: Lang, color: bool, global: &Global) -> Viewer {
+    let texts = library.texts.clone();
+    let (show_sql, show_commands) = (global.show_sql, global.show_commands);
+    Box::new(move |look: Look, events: &[Event]| {
+        let renderer =
+            || TextRenderer::new(texts.clone(), lang, color).with_executed(show_sql, show_commands);
+        match look {
+            Look::State => renderer().state_so_far(events),
+            Look::Back(n) => renderer().step_again(events, n),
+            Look::Diagram => {
+                let heading = texts.render(COMMON, lang, &Msg::new("gate.look.diagram"));
+                let picture = swimlanes(&texts, lang, events);
+                let picture = if picture.is_empty() {
+                    format!(
+                        "    {}\n",
+                        texts.render(COMMON, lang, &Msg::new("gate.look.no_calls"))
+                    )
+                } else {
+                    picture
+                };
+                format!("\n── {heading} ──\n{picture}")
+            }
+        }
+    })
+}
+
+/// Where the footers go (stderr), and so how they leave the screen: erased on a terminal once
+/// answered (by an echoed Enter when stdin is that terminal too), ending their line otherwise.
+fn screen() -> Screen {
+    fn columns() -> usize {
+        console::Term::stderr().size().1.into()
+    }
+    if std::io::stderr().is_terminal() {
+        Screen::Terminal {
+            echo: std::io::stdin().is_terminal(),
+            columns,
+        }
+    } else {
+        Screen::Lines
+    }
 }
 
 /// Says that lab was interrupted and everything is cleaned up; the exit code for it.

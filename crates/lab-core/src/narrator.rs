@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 
 use serde_json::Value;
 
-use crate::gate::Pause;
+use crate::gate::{Pause, Place};
 use crate::{Event, Facts, Fault, Gate, Msg, Outcome, Quit, Table, facts};
 
 /// Where events go as they happen: a renderer writing to stdout, usually.
@@ -36,6 +36,8 @@ struct Inner {
     events: Mutex<Vec<Event>>,
     /// Step numbers count from 1 in each scenario.
     steps: AtomicU32,
+    /// How many steps this run will have, when known for sure (0: not known).
+    expected_steps: AtomicU32,
     facts: Mutex<Facts>,
 }
 
@@ -73,6 +75,7 @@ impl Narrator {
                 gate,
                 events: Mutex::new(Vec::new()),
                 steps: AtomicU32::new(0),
+                expected_steps: AtomicU32::new(0),
                 facts: Mutex::new(Facts::new()),
             }),
         }
@@ -91,6 +94,36 @@ impl Narrator {
 
     pub fn gate(&self) -> &Gate {
         &self.inner.gate
+    }
+
+    /// Tells how many steps this run will have, for the step gate's footer (`step 3/8`). Only
+    /// a number known for sure: the CLI counts them in the scenario's expected narrative, the
+    /// record of an identical run. `None` (or 0) leaves the footer at `step 3`.
+    pub fn expect_steps(&self, steps: Option<u32>) {
+        self.inner
+            .expected_steps
+            .store(steps.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// Where the run is, for the footer of a pause of this kind.
+    fn place(&self, pause: Pause) -> Place {
+        let step = self.inner.steps.load(Ordering::SeqCst);
+        let of = self.inner.expected_steps.load(Ordering::SeqCst);
+        Place {
+            pause,
+            step,
+            // A run that has gone past the count is not the run it was counted from: no
+            // number rather than a wrong one.
+            of: (of > 0 && step <= of).then_some(of),
+        }
+    }
+
+    /// Pauses at the gate, with the progress for its footer and this run's events for its looks.
+    async fn pause(&self, pause: Pause) -> Result<String, Quit> {
+        self.inner
+            .gate
+            .pause_at(self.place(pause), &|| self.events())
+            .await
     }
 
     /// Sends an event to the sink and records it.
@@ -119,7 +152,7 @@ impl Narrator {
             number,
             text: text.into(),
         });
-        self.inner.gate.pause(Pause::Step).await.map(drop)
+        self.pause(Pause::Step).await.map(drop)
     }
 
     /// A network call is being sent.
@@ -179,7 +212,7 @@ impl Narrator {
             service: service.to_string(),
             text: text.into(),
         });
-        let _ = self.inner.gate.pause(Pause::Service).await;
+        let _ = self.pause(Pause::Service).await;
     }
 
     pub fn state(&self, table: Table) {
@@ -196,7 +229,7 @@ impl Narrator {
         self.emit(Event::Predict {
             prefix: prefix.to_string(),
         });
-        let answer = self.inner.gate.pause(Pause::Predict).await?;
+        let answer = self.pause(Pause::Predict).await?;
         if !answer.is_empty() {
             self.emit(Event::LearnerAnswer { answer });
         }
@@ -205,7 +238,7 @@ impl Narrator {
 
     /// Reveals the answer (built from measured values); step mode pauses first.
     pub async fn reveal(&self, answer: impl Into<Msg>) -> Result<(), Quit> {
-        self.inner.gate.pause(Pause::Reveal).await?;
+        self.pause(Pause::Reveal).await?;
         self.emit(Event::Reveal {
             answer: answer.into(),
         });

@@ -46,6 +46,30 @@ pub fn render_text(texts: &Arc<Texts>, lang: Lang, events: &[Event]) -> String {
     events.iter().map(|e| renderer.render(e)).collect()
 }
 
+/// How many steps a rendered narrative has: the number of its last step line (` 7. …`, `12. …`,
+/// as [`TextRenderer`] writes them), when the step lines count 1, 2, 3, … in order. The quiz's
+/// numbered questions are indented further (`  1. `) and are not steps. `None` when there are
+/// no steps or they do not count up in order (a file edited by hand): no number rather than a
+/// wrong one.
+pub fn count_steps(narrative: &str) -> Option<u32> {
+    let mut last = 0;
+    for line in narrative.lines() {
+        // A step's number is right-aligned in two columns: " 7. " or "12. ".
+        let head = line.get(..2).unwrap_or("");
+        if !line.get(2..).is_some_and(|rest| rest.starts_with(". ")) {
+            continue;
+        }
+        let Ok(number) = head.trim_start().parse::<u32>() else {
+            continue;
+        };
+        if number != last + 1 {
+            return None;
+        }
+        last = number;
+    }
+    (last > 0).then_some(last)
+}
+
 /// The words of a line for wrapping, with `=` and `→` glued to their neighbours: `attempts = 2`
 /// never breaks across lines.
 fn glued_words(line: &str) -> Vec<String> {
@@ -109,6 +133,68 @@ impl TextRenderer {
     pub fn with_answers(mut self, answers: bool) -> TextRenderer {
         self.answers = answers;
         self
+    }
+
+    /// The look `s` of step mode: the latest rows of each table (and the Redis keys, with the
+    /// TTL they had) that the run has read and shown so far, each as it was last read, in the
+    /// order the run first showed them. The same tables as the narrative, without the marks of
+    /// what changed.
+    pub fn state_so_far(&mut self, events: &[Event]) -> String {
+        let mut order: Vec<String> = Vec::new();
+        let mut latest: std::collections::HashMap<String, (u32, Table)> = Default::default();
+        let mut step = 0;
+        for event in events {
+            match event {
+                Event::Start { scenario } => self.scope = scenario.clone(),
+                Event::Step { number, .. } => step = *number,
+                Event::State { table } => {
+                    if !latest.contains_key(&table.title.key) {
+                        order.push(table.title.key.clone());
+                    }
+                    latest.insert(table.title.key.clone(), (step, table.clone()));
+                }
+                _ => {}
+            }
+        }
+        let heading = self.paint(
+            &format!("── {} ──", self.key("gate.look.state")),
+            Style::Bold,
+        );
+        let mut out = format!("\n{heading}\n");
+        if order.is_empty() {
+            out.push_str(&Self::wrap(&self.key("gate.look.no_state"), "    ", "    "));
+        }
+        for key in &order {
+            let (step, table) = &latest[key];
+            out.push_str(&self.table(table, None));
+            let read = self.t(&Msg::new("gate.look.read_at").arg("step", *step));
+            let _ = writeln!(out, "    └ {}", self.paint(&read, Style::Dim));
+        }
+        out
+    }
+
+    /// The look `b` of step mode: the `back`-th last step as the narrative showed it (1: the
+    /// last one), with everything after it up to the next step: its calls, what the services
+    /// did, its tables. Further back than the first step is the title and the story.
+    pub fn step_again(&mut self, events: &[Event], back: usize) -> String {
+        // Rendered from the start, as the live renderer did, so each table's marks of what
+        // changed come out the same.
+        let mut text = String::new();
+        let mut starts = vec![0];
+        for event in events {
+            if matches!(event, Event::Step { .. }) {
+                starts.push(text.len());
+            }
+            text.push_str(&self.render(event));
+        }
+        let from = starts.len().saturating_sub(back.max(1));
+        let start = starts[from];
+        let end = starts.get(from + 1).copied().unwrap_or(text.len());
+        let heading = self.paint(
+            &format!("── {} ──", self.key("gate.look.again")),
+            Style::Bold,
+        );
+        format!("\n{heading}\n{}", &text[start..end])
     }
 
     fn t(&self, msg: &Msg) -> String {
@@ -597,6 +683,16 @@ mod tests {
             reflow(text),
             "one two\n\nthree\n  WHERE x\n  AND y\nfour five"
         );
+    }
+
+    #[test]
+    fn steps_are_counted_by_their_lines_not_the_quiz() {
+        let narrative = "story\n 1. one\n    more\n 2. two\n\nquiz\n  1. why?\n  2. how?\n";
+        assert_eq!(count_steps(narrative), Some(2));
+        let ten: String = (1..=12).map(|n| format!("{n:>2}. step\n")).collect();
+        assert_eq!(count_steps(&ten), Some(12));
+        assert_eq!(count_steps("no steps\n  1. a question\n"), None);
+        assert_eq!(count_steps(" 1. one\n 3. three\n"), None, "not in order");
     }
 
     #[test]
