@@ -4,7 +4,8 @@
 //! killing the process halfway.
 //!
 //! ```text
-//! Session::open ── start_servers (a spinner; a signal here stops cleanly too)
+//! Session::open ── start_servers (a spinner after 300 ms, on a terminal; a signal here stops
+//!                                  cleanly too)
 //!               ── guarded(work) ── Finished | Interrupted | Quit
 //!               ── close: proxies left on a given Toxiproxy, abandoned runs, servers
 //! ```
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lab_core::gate::{Look, Options, Pause, Place, Screen, Viewer};
 use lab_core::narrator::SharedSink;
 use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink, swimlanes};
@@ -341,25 +342,18 @@ impl Session {
                 );
             }
         }
-        // indicatif draws nothing when stderr is not a terminal: scripts and CI see no spinner.
-        // A spinner is made of escape codes, so NO_COLOR and --color never turn it off too.
-        let spinner = if self.color {
-            ProgressBar::new_spinner()
-        } else {
-            ProgressBar::hidden()
-        };
-        spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
-        spinner.set_message(self.library.texts.render(
-            COMMON,
-            self.lang,
-            &Msg::new("cli.starting"),
-        ));
-        spinner.enable_steady_tick(Duration::from_millis(100));
+        let spinner = Spinner::after(
+            SPINNER_DELAY,
+            self.color,
+            self.library
+                .texts
+                .render(COMMON, self.lang, &Msg::new("cli.starting")),
+        );
         // Nothing pauses while servers start: only a signal can cut this short.
         let started = self
             .guarded_with(Servers::start(&self.options, needs), &Gate::default())
             .await;
-        spinner.finish_and_clear();
+        spinner.clear().await;
         match started {
             Guarded::Finished(Ok(servers)) => {
                 report_leftovers(&servers.leftovers);
@@ -450,6 +444,51 @@ impl Session {
             servers.clean_abandoned_runs().await;
         }
         servers.shutdown().await;
+    }
+}
+
+/// How long servers may take to start before a spinner says that they are starting: a start
+/// from the template, against a warm machine, is over before anyone would read it, and a
+/// spinner that flashes for 100 ms is noise on a projector.
+const SPINNER_DELAY: Duration = Duration::from_millis(300);
+
+/// A spinner on stderr that appears only if what it waits for is still going after a delay,
+/// and only on a terminal: scripts, CI and tests (which compare stderr byte for byte) never see
+/// it.
+struct Spinner {
+    bar: ProgressBar,
+    /// Shows the bar once the delay is over; aborted when the wait ends first.
+    show: tokio::task::JoinHandle<()>,
+}
+
+impl Spinner {
+    /// `color`: a spinner is made of escape codes, so NO_COLOR and `--color never` turn it off
+    /// too.
+    fn after(delay: Duration, color: bool, message: String) -> Spinner {
+        // Hidden until the delay is over: drawing nothing costs nothing.
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
+        bar.set_message(message);
+        let shown = bar.clone();
+        let terminal = color && std::io::stderr().is_terminal();
+        let show = tokio::spawn(async move {
+            if !terminal {
+                return;
+            }
+            tokio::time::sleep(delay).await;
+            shown.set_draw_target(ProgressDrawTarget::stderr());
+            shown.enable_steady_tick(Duration::from_millis(100));
+        });
+        Spinner { bar, show }
+    }
+
+    /// Stops it, and takes it off the screen if it was ever shown. The task is awaited after
+    /// the abort: one that was already past its sleep (on another worker thread) must not
+    /// start the ticking after the bar is cleared.
+    async fn clear(self) {
+        self.show.abort();
+        let _ = self.show.await;
+        self.bar.finish_and_clear();
     }
 }
 

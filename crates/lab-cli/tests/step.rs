@@ -191,7 +191,29 @@ impl Tmux {
 }
 
 impl Drop for Tmux {
+    /// A test that failed halfway leaves lab paused: Ctrl-C lets it clean up (a killed tmux
+    /// would hang it up, and its servers' directories would wait for the next lab to remove
+    /// them), then the server goes.
     fn drop(&mut self) {
+        let _ = self
+            .command()
+            .args(["send-keys", "-t", "lab", "C-c"])
+            .output();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let pane = self
+                .command()
+                .args(["capture-pane", "-p", "-t", "lab"])
+                .output();
+            // Gone (the shell ended), or lab has ended: done.
+            let ended = pane.is_ok_and(|p| {
+                !p.status.success() || String::from_utf8_lossy(&p.stdout).contains("lab exited")
+            });
+            if ended {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.command().arg("kill-server").output();
     }
 }
@@ -277,6 +299,8 @@ fn on_a_terminal_the_footer_is_erased_once_answered() {
         left.is_empty(),
         "footers left on the screen: {left:?}\n{pane}"
     );
+    // The spinner, if the servers took long enough to show it, was cleared too.
+    assert!(!pane.contains("Preparing the servers"), "{pane}");
     // What was typed went with its footer too.
     assert!(
         !pane
