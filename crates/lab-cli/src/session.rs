@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use lab_core::gate::{Look, Options, Pause, Place, Screen, Viewer};
+use lab_core::gate::{Look, Options, Pause, Place, Screen, Sofar, Viewer};
 use lab_core::narrator::SharedSink;
 use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink, swimlanes};
 use lab_core::text::COMMON;
-use lab_core::{Event, Gate, Lang, Msg, Narrator};
+use lab_core::{Gate, Lang, Msg, Narrator};
 use lab_infra::{Needs, Origin, ServerOptions, Servers};
 use lab_scenarios::{Entry, Library, RunConfig, ScenarioError};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -575,11 +575,12 @@ fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
 fn viewer(library: &Library, lang: Lang, color: bool, global: &Global) -> Viewer {
     let texts = library.texts.clone();
     let (show_sql, show_commands) = (global.show_sql, global.show_commands);
-    Box::new(move |look: Look, events: &[Event]| {
+    Box::new(move |look: Look, sofar: &Sofar| {
+        let events = &sofar.events;
         let renderer =
             || TextRenderer::new(texts.clone(), lang, color).with_executed(show_sql, show_commands);
         match look {
-            Look::State => renderer().state_so_far(events),
+            Look::State => renderer().state_so_far(events, &sofar.now),
             Look::Back(n) => renderer().step_again(events, n),
             Look::Diagram => {
                 let heading = texts.render(COMMON, lang, &Msg::new("gate.look.diagram"));

@@ -1,6 +1,8 @@
 //! Step mode as a class sees it: the footer at each pause (`step 3/8 · Enter next · s state ·
 //! d diagram so far · b back · q quit`), the looks `s`, `d` and `b`, and where the footer goes.
 //!
+//! `s` reads the scenario's state views again (backstage: `--show-sql` and JSON do not change).
+//!
 //! Two ways in: piped (stdin a pipe, stdout and stderr one pipe, as `… | lab run x --step 2>&1 |
 //! less` would see it), where every footer must end its line; and a real terminal, a `tmux`
 //! pane, where every footer must be erased once answered. The terminal test needs `tmux`, so it
@@ -79,10 +81,13 @@ fn piped_footers_end_their_lines_and_looks_show_state_diagram_and_the_step_again
     }
     assert!(!both.contains("step 9"), "{both}");
 
-    // `s` at step 2: the tasks table as last read, after step 1.
+    // `s` at step 2: the tasks table read again now: worker A's claim, made before step 2
+    // was told, is there, marked as a change since the table was last shown.
     let state = both.split("── State").nth(1).expect("the state look");
     assert!(
-        state.contains("our tasks table") && state.contains("as read at step 1"),
+        state.contains("our tasks table")
+            && state.contains("pending→processing")
+            && state.contains("read again just now"),
         "{state}"
     );
     // `d` at step 2: the swimlanes so far, our workers and our database.
@@ -105,8 +110,9 @@ fn piped_footers_end_their_lines_and_looks_show_state_diagram_and_the_step_again
 
 #[test]
 fn looks_go_to_stderr_and_never_change_the_narrative() {
-    let plain = stdout(&run(&["run", "duplicate", "--lang", "en"]));
-    let mut child = lab(&["run", "duplicate", "--lang", "en", "--step"])
+    // With what ran shown: the looks' own reads (backstage) must not appear under a step.
+    let plain = stdout(&run(&["run", "duplicate", "--lang", "en", "--show-sql"]));
+    let mut child = lab(&["run", "duplicate", "--lang", "en", "--show-sql", "--step"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -275,9 +281,9 @@ fn on_a_terminal_the_footer_is_erased_once_answered() {
 
     tmux.send("s");
     let pane = tmux.wait_for("the state look, then the footer again", |p| {
-        p.contains("as read at step 1") && waits_at(p, "step 2/8")
+        p.contains("read again just now") && waits_at(p, "step 2/8")
     });
-    assert!(pane.contains("our tasks table"), "{pane}");
+    assert!(pane.contains("pending→processing"), "{pane}");
     tmux.send("d");
     tmux.wait_for("the diagram look", |p| {
         p.contains("── The run so far ──") && waits_at(p, "step 2/8")

@@ -29,8 +29,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tokio::sync::{Mutex, watch};
 
-use crate::Event;
-
 /// The learner asked to stop (typed `q` at a pause).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("stopped by the learner")]
@@ -97,9 +95,22 @@ impl Look {
     }
 }
 
-/// Renders a look from the events recorded so far (the CLI renders text in the learner's
-/// language, with the renderers the narrative uses).
-pub type Viewer = Box<dyn Fn(Look, &[Event]) -> String + Send + Sync>;
+/// What a look is made of.
+#[derive(Debug, Clone, Default)]
+pub struct Sofar {
+    /// Every event of the run so far.
+    pub events: Vec<crate::Event>,
+    /// For `s`: the scenario's state views read again now (those that can be; the others are
+    /// shown as last read).
+    pub now: Vec<crate::Table>,
+}
+
+/// Gathers what a look is made of (the narrator: its events, its state views read again).
+pub type SofarFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Sofar> + Send + 'a>>;
+
+/// Renders a look (the CLI renders text in the learner's language, with the renderers the
+/// narrative uses).
+pub type Viewer = Box<dyn Fn(Look, &Sofar) -> String + Send + Sync>;
 
 /// Where the footer is shown, which decides how it leaves the screen.
 #[derive(Debug, Clone, Copy, Default)]
@@ -194,15 +205,16 @@ impl Gate {
 
     /// Waits for the learner. Returns the line typed (trimmed), or [`Quit`] on `q`.
     pub async fn pause(&self, kind: Pause) -> Result<String, Quit> {
-        self.pause_at(Place::bare(kind), &Vec::new).await
+        let nothing = |_: Look| -> SofarFuture<'_> { Box::pin(async { Sofar::default() }) };
+        self.pause_at(Place::bare(kind), &nothing).await
     }
 
-    /// [`Gate::pause`] with the progress for the footer and the events so far for the looks
-    /// (read only when a look is asked for).
-    pub async fn pause_at(
+    /// [`Gate::pause`] with the progress for the footer and what the looks are made of
+    /// (gathered only when a look is asked for).
+    pub async fn pause_at<'a>(
         &self,
         place: Place,
-        events: &(dyn Fn() -> Vec<Event> + Sync),
+        sofar: &'a (dyn Fn(Look) -> SofarFuture<'a> + Sync + 'a),
     ) -> Result<String, Quit> {
         let Some(stepper) = &self.stepper else {
             return Ok(String::new());
@@ -259,7 +271,7 @@ impl Gate {
             if let Look::Back(n) = look {
                 backs = n;
             }
-            let shown = viewer(look, &events());
+            let shown = viewer(look, &sofar(look).await);
             let _ = write!(stderr, "{shown}");
             if !shown.is_empty() && !shown.ends_with('\n') {
                 let _ = writeln!(stderr);
@@ -364,8 +376,8 @@ mod tests {
             input.as_bytes(),
             Box::new(|place| format!("[{:?} {}]", place.pause, place.step)),
             Options {
-                viewer: Some(Box::new(|look, events| {
-                    format!("{look:?} of {}", events.len())
+                viewer: Some(Box::new(|look, sofar| {
+                    format!("{look:?} of {}", sofar.events.len())
                 })),
                 screen: Screen::Lines,
             },
@@ -375,14 +387,21 @@ mod tests {
     #[tokio::test]
     async fn looks_show_and_pause_again_until_enter() {
         let gate = looking("s\nd\nb\nb\n\n");
-        let events = || vec![Event::Explain, Event::Quiz];
+        let sofar = |_: Look| -> SofarFuture<'_> {
+            Box::pin(async {
+                Sofar {
+                    events: vec![crate::Event::Explain, crate::Event::Quiz],
+                    now: Vec::new(),
+                }
+            })
+        };
         let place = Place {
             pause: Pause::Step,
             step: 3,
             of: Some(8),
         };
         // Five lines, one pause: the looks do not go on.
-        assert_eq!(gate.pause_at(place, &events).await, Ok(String::new()));
+        assert_eq!(gate.pause_at(place, &sofar).await, Ok(String::new()));
         assert!(gate.pause(Pause::Step).await.is_ok(), "end of input");
     }
 

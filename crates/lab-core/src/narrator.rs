@@ -5,6 +5,8 @@
 //! happens, and is recorded, so `lab check` can render the whole run again in both languages.
 //! The step methods are `async` because in step mode they wait at the [`Gate`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -13,7 +15,7 @@ use parking_lot::Mutex;
 
 use serde_json::Value;
 
-use crate::gate::{Pause, Place};
+use crate::gate::{Look, Pause, Place, Sofar, SofarFuture};
 use crate::{Event, Facts, Fault, Gate, Msg, Outcome, Quit, Table, facts};
 
 /// Where events go as they happen: a renderer writing to stdout, usually.
@@ -39,7 +41,30 @@ struct Inner {
     /// How many steps this run will have, when known for sure (0: not known).
     expected_steps: AtomicU32,
     facts: Mutex<Facts>,
+    /// The state views shown so far that can be read again, by table title key, in the order
+    /// they were first shown.
+    views: Mutex<Vec<(String, Reread)>>,
 }
+
+/// Reads a state view again: the same query (or Redis read) that produced a table the scenario
+/// showed, run again when the learner presses `s` in step mode. `None` when it cannot be read
+/// now (the look then shows the table as last read).
+pub type Reread =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<Table>> + Send>> + Send + Sync>;
+
+/// Makes a [`Reread`] of an async closure.
+pub fn reread<F, Fut>(read: F) -> Reread
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Option<Table>> + Send + 'static,
+{
+    Arc::new(move || Box::pin(read()))
+}
+
+/// How long `s` waits for one view to be read again before it shows the table as last read: a
+/// pause inside a service may hold what the read needs (a pool's last connection), and a look
+/// must never hang the class.
+const REREAD_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A narrator that does not keep its run alive (the run table of [`crate::trace`]).
 #[derive(Clone)]
@@ -77,6 +102,7 @@ impl Narrator {
                 steps: AtomicU32::new(0),
                 expected_steps: AtomicU32::new(0),
                 facts: Mutex::new(Facts::new()),
+                views: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -118,12 +144,38 @@ impl Narrator {
         }
     }
 
-    /// Pauses at the gate, with the progress for its footer and this run's events for its looks.
+    /// Pauses at the gate, with the progress for its footer and this run's events (and, for
+    /// `s`, its state views read again) for its looks.
     async fn pause(&self, pause: Pause) -> Result<String, Quit> {
-        self.inner
-            .gate
-            .pause_at(self.place(pause), &|| self.events())
-            .await
+        let sofar = |look: Look| -> SofarFuture<'_> { Box::pin(self.sofar(look)) };
+        self.inner.gate.pause_at(self.place(pause), &sofar).await
+    }
+
+    /// What a look is made of: the events so far, and for `s` every state view read again now.
+    async fn sofar(&self, look: Look) -> Sofar {
+        let events = self.events();
+        if look != Look::State {
+            return Sofar {
+                events,
+                now: Vec::new(),
+            };
+        }
+        let views: Vec<Reread> = self
+            .inner
+            .views
+            .lock()
+            .iter()
+            .map(|(_, r)| r.clone())
+            .collect();
+        let mut now = Vec::new();
+        for view in views {
+            // Backstage: the look's own reads are not part of the run (`--show-sql`, JSON).
+            let read = crate::trace::backstage(tokio::time::timeout(REREAD_TIMEOUT, view()));
+            if let Ok(Some(table)) = read.await {
+                now.push(table);
+            }
+        }
+        Sofar { events, now }
     }
 
     /// Sends an event to the sink and records it.
@@ -217,6 +269,19 @@ impl Narrator {
 
     pub fn state(&self, table: Table) {
         self.emit(Event::State { table });
+    }
+
+    /// A table, as [`Narrator::state`], that `s` in step mode reads again with `reread`, to
+    /// show it as it is at that moment. A later view with the same title replaces it.
+    pub fn state_view(&self, table: Table, reread: Reread) {
+        if self.inner.gate.is_stepping() {
+            let mut views = self.inner.views.lock();
+            match views.iter_mut().find(|(key, _)| *key == table.title.key) {
+                Some((_, view)) => *view = reread,
+                None => views.push((table.title.key.clone(), reread)),
+            }
+        }
+        self.state(table);
     }
 
     pub fn note(&self, text: impl Into<Msg>) {

@@ -135,11 +135,11 @@ impl TextRenderer {
         self
     }
 
-    /// The look `s` of step mode: the latest rows of each table (and the Redis keys, with the
-    /// TTL they had) that the run has read and shown so far, each as it was last read, in the
-    /// order the run first showed them. The same tables as the narrative, without the marks of
-    /// what changed.
-    pub fn state_so_far(&mut self, events: &[Event]) -> String {
+    /// The look `s` of step mode: the rows (and the Redis keys, with their TTL) that the run
+    /// has shown, in the order it first showed them. A table in `now` was just read again: it
+    /// is shown as it is now, with what changed since the class last saw it marked as the
+    /// narrative marks it (`old→new`, `+`). Any other is shown as last read, with its step.
+    pub fn state_so_far(&mut self, events: &[Event], now: &[Table]) -> String {
         let mut order: Vec<String> = Vec::new();
         let mut latest: std::collections::HashMap<String, (u32, Table)> = Default::default();
         let mut step = 0;
@@ -165,9 +165,18 @@ impl TextRenderer {
             out.push_str(&Self::wrap(&self.key("gate.look.no_state"), "    ", "    "));
         }
         for key in &order {
-            let (step, table) = &latest[key];
-            out.push_str(&self.table(table, None));
-            let read = self.t(&Msg::new("gate.look.read_at").arg("step", *step));
+            let (step, shown) = &latest[key];
+            let (table, read) = match now.iter().find(|t| t.title.key == *key) {
+                Some(fresh) => (
+                    self.table(fresh, Some(shown)),
+                    self.key("gate.look.read_now"),
+                ),
+                None => (
+                    self.table(shown, None),
+                    self.t(&Msg::new("gate.look.read_at").arg("step", *step)),
+                ),
+            };
+            out.push_str(&table);
             let _ = writeln!(out, "    └ {}", self.paint(&read, Style::Dim));
         }
         out
