@@ -617,6 +617,12 @@ fn screen() -> Screen {
 
 /// Says that lab was interrupted and everything is cleaned up; the exit code for it.
 pub fn interrupted(signal: Interrupt) -> u8 {
+    // A Ctrl-C at a pause leaves the cursor on the step footer (after the terminal's `^C`):
+    // clear that line first, so the message does not run into it. Every other line on stderr
+    // has ended, so on a terminal this clears nothing else.
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K");
+    }
     eprintln!("{}", t("interrupted"));
     signal.exit_code()
 }

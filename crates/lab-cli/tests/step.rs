@@ -149,6 +149,41 @@ struct Tmux {
 }
 
 impl Tmux {
+    /// `lab run duplicate --step --lang en` in a 120×40 pane of a tmux server of its own; when
+    /// lab ends, the pane says `lab exited CODE`.
+    fn start(name: &str) -> Tmux {
+        let tmux = Tmux {
+            socket: format!("lab-step-{name}-{}", std::process::id()),
+        };
+        // The environment `common::lab` clears, cleared here for the pane's shell too.
+        let script = format!(
+            "cd '{}' && env -u DATABASE_URL -u REDIS_URL -u LAB_LANG -u LANG -u LC_ALL -u NO_COLOR \
+             -u LAB_SCENARIOS_DIR '{}' run duplicate --step --lang en --color never; \
+             echo \"lab exited $?\"; sleep 600",
+            repo().display(),
+            lab_path()
+        );
+        tmux.run(&[
+            "start-server",
+            ";",
+            "set-option",
+            "-g",
+            "history-limit",
+            "50000",
+            ";",
+            "new-session",
+            "-d",
+            "-s",
+            "lab",
+            "-x",
+            "120",
+            "-y",
+            "40",
+            &script,
+        ]);
+        tmux
+    }
+
     fn command(&self) -> Command {
         let mut command = Command::new("tmux");
         command.args(["-L", &self.socket, "-f", "/dev/null"]);
@@ -241,36 +276,7 @@ fn waits_at(pane: &str, progress: &str) -> bool {
 #[test]
 #[ignore = "needs tmux: .ci/run installs it and runs this with --ignored"]
 fn on_a_terminal_the_footer_is_erased_once_answered() {
-    let tmux = Tmux {
-        socket: format!("lab-step-test-{}", std::process::id()),
-    };
-    // The environment `common::lab` clears, cleared here for the pane's shell too.
-    let script = format!(
-        "cd '{}' && env -u DATABASE_URL -u REDIS_URL -u LAB_LANG -u LANG -u LC_ALL -u NO_COLOR \
-         -u LAB_SCENARIOS_DIR '{}' run duplicate --step --lang en --color never; \
-         echo \"lab exited $?\"; sleep 600",
-        repo().display(),
-        lab_path()
-    );
-    tmux.run(&[
-        "start-server",
-        ";",
-        "set-option",
-        "-g",
-        "history-limit",
-        "50000",
-        ";",
-        "new-session",
-        "-d",
-        "-s",
-        "lab",
-        "-x",
-        "120",
-        "-y",
-        "40",
-        &script,
-    ]);
-
+    let tmux = Tmux::start("footer");
     let pane = tmux.wait_for("step 1/8", |p| waits_at(p, "step 1/8"));
     assert_eq!(
         last_line(&pane).trim(),
@@ -325,4 +331,20 @@ fn on_a_terminal_the_footer_is_erased_once_answered() {
             "no {heading:?} in the pane:\n{pane}"
         );
     }
+}
+
+#[test]
+#[ignore = "needs tmux: .ci/run installs it and runs this with --ignored"]
+fn ctrl_c_at_a_pause_says_so_on_a_line_of_its_own() {
+    let tmux = Tmux::start("ctrl-c");
+    tmux.wait_for("step 1/8", |p| waits_at(p, "step 1/8"));
+    tmux.run(&["send-keys", "-t", "lab", "C-c"]);
+    let pane = tmux.wait_for("lab to stop", |p| p.contains("lab exited"));
+    assert!(pane.contains("lab exited 130"), "{pane}");
+    // The footer's line was cleared (the terminal's `^C` with it) before the message.
+    assert!(
+        pane.lines().any(|l| l.starts_with("lab: interrupted")),
+        "{pane}"
+    );
+    assert!(!pane.contains(FOOTER_END), "{pane}");
 }
