@@ -694,6 +694,78 @@ mod tests {
         );
     }
 
+    /// A catalogue with what the looks need, and a run: the story, two steps, a table shown
+    /// after each.
+    fn run_so_far() -> (Arc<Texts>, Vec<Event>) {
+        let mut texts = Texts::new();
+        texts
+            .add(
+                COMMON,
+                Lang::En,
+                "title = \"T\"\nstory = \"The story.\"\n[step]\none = \"One.\"\ntwo = \"Two.\"\n\
+                 [table]\ntasks = \"tasks\"\n[gate.look]\nstate = \"State\"\n\
+                 no_state = \"Nothing yet.\"\nread_at = \"as read at step {step}\"\n\
+                 read_now = \"read again just now\"\nagain = \"Again\"\n",
+            )
+            .unwrap();
+        let tasks = |status: &str| Table {
+            title: Msg::new("table.tasks"),
+            columns: vec!["id".into(), "status".into()],
+            rows: vec![vec!["42".into(), status.into()]],
+        };
+        let events = vec![
+            Event::Start {
+                scenario: "x".into(),
+            },
+            Event::Step {
+                number: 1,
+                text: Msg::new("step.one"),
+            },
+            Event::State {
+                table: tasks("pending"),
+            },
+            Event::Step {
+                number: 2,
+                text: Msg::new("step.two"),
+            },
+        ];
+        (Arc::new(texts), events)
+    }
+
+    #[test]
+    fn the_state_look_shows_tables_as_last_read_or_read_again_with_what_changed() {
+        let (texts, events) = run_so_far();
+        let last = TextRenderer::new(texts.clone(), Lang::En, false).state_so_far(&events, &[]);
+        assert!(last.contains("│ 42  pending"), "{last}");
+        assert!(last.contains("└ as read at step 1"), "{last}");
+
+        let now = Table {
+            title: Msg::new("table.tasks"),
+            columns: vec!["id".into(), "status".into()],
+            rows: vec![vec!["42".into(), "processing".into()]],
+        };
+        let fresh = TextRenderer::new(texts.clone(), Lang::En, false).state_so_far(&events, &[now]);
+        assert!(fresh.contains("42  pending→processing"), "{fresh}");
+        assert!(fresh.contains("└ read again just now"), "{fresh}");
+
+        let none = TextRenderer::new(texts, Lang::En, false).state_so_far(&events[..2], &[]);
+        assert!(none.contains("Nothing yet."), "{none}");
+    }
+
+    #[test]
+    fn back_shows_the_last_step_then_the_one_before_then_the_story() {
+        let (texts, events) = run_so_far();
+        let again =
+            |back| TextRenderer::new(texts.clone(), Lang::En, false).step_again(&events, back);
+        assert_eq!(again(1), "\n── Again ──\n 2. Two.\n");
+        assert_eq!(
+            again(2),
+            "\n── Again ──\n 1. One.\n    ┌ tasks\n    │ id  status\n    │ 42  pending\n"
+        );
+        assert!(again(3).contains("The story."), "{}", again(3));
+        assert_eq!(again(9), again(3), "no further back than the story");
+    }
+
     #[test]
     fn steps_are_counted_by_their_lines_not_the_quiz() {
         let narrative = "story\n 1. one\n    more\n 2. two\n\nquiz\n  1. why?\n  2. how?\n";
