@@ -244,7 +244,13 @@ impl Gate {
             let mut line = String::new();
             let read = input.read_line(&mut line).await;
             let answer = line.trim().to_string();
-            stepper.options.screen.erase(&mut stderr, &prompt, &answer);
+            // A line that ends with Enter; at end of input (Ctrl-D) there is none, so an
+            // echoing terminal has not moved the cursor down.
+            let entered = line.ends_with('\n');
+            stepper
+                .options
+                .screen
+                .erase(&mut stderr, &prompt, &answer, entered);
             match read {
                 Ok(0) | Err(_) => {
                     // End of input: the learner piped a finite answer list; run on without
@@ -307,10 +313,13 @@ impl Screen {
 
     /// Takes an answered footer off a terminal: the rows it (and an echoed answer) took, cursor
     /// back at the start of the first. On anything else it has ended its line already.
-    fn erase(&self, out: &mut impl std::io::Write, prompt: &str, answer: &str) {
+    /// `entered`: the answer ended with Enter (not with the end of input).
+    fn erase(&self, out: &mut impl std::io::Write, prompt: &str, answer: &str, entered: bool) {
         let Screen::Terminal { echo, columns } = *self else {
             return;
         };
+        // Only an echoed Enter moves the cursor below the footer.
+        let echo = echo && entered;
         if prompt.is_empty() {
             return;
         }
@@ -424,7 +433,7 @@ mod tests {
     fn a_terminal_footer_is_erased_and_a_piped_one_ends_its_line() {
         let mut out = Vec::new();
         Screen::Lines.show(&mut out, "step 1/2");
-        Screen::Lines.erase(&mut out, "step 1/2", "");
+        Screen::Lines.erase(&mut out, "step 1/2", "", true);
         assert_eq!(out, b"step 1/2\n");
 
         fn eighty() -> usize {
@@ -436,7 +445,7 @@ mod tests {
             columns: eighty,
         };
         typed.show(&mut out, "step 1/2");
-        typed.erase(&mut out, "step 1/2", "s");
+        typed.erase(&mut out, "step 1/2", "s", true);
         // The echoed Enter moved the cursor down a row: up one, clear it.
         assert_eq!(out, b"step 1/2\r\x1b[2K\x1b[1A\r\x1b[2K");
 
@@ -445,9 +454,15 @@ mod tests {
             echo: false,
             columns: eighty,
         };
-        piped_in.erase(&mut out, &"x".repeat(100), "");
+        piped_in.erase(&mut out, &"x".repeat(100), "", true);
         // Two rows, the cursor on the second: clear it, then the one above.
         assert_eq!(out, b"\r\x1b[2K\x1b[1A\r\x1b[2K");
+
+        // Ctrl-D on a terminal: no Enter was echoed, so the cursor is still on the footer's
+        // row, and the row above it (the narrative) stays.
+        let mut out = Vec::new();
+        typed.erase(&mut out, "step 1/2", "", false);
+        assert_eq!(out, b"\r\x1b[2K");
     }
 
     #[tokio::test]
