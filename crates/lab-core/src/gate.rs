@@ -12,8 +12,9 @@
 //! At each pause the gate prints a footer built by the CLI from a [`Place`] (which pause, which
 //! step of how many): `step 3/8 · Enter next · s state · d diagram so far · b back · q quit`.
 //! Besides Enter and `q`, a learner (or an instructor at a projector) may take a [`Look`] at the
-//! run so far without going on: `s` the rows and keys read so far, `d` the diagram of the calls
-//! so far, `b` the last step again (and the one before it, on the next `b`). The gate prints the
+//! run so far without going on: `s` the tables and Redis keys shown so far, read again now
+//! (see [`crate::Narrator::state_view`]), `d` the diagram of the calls so far, `b` the last step
+//! again (and the one before it, on the next `b`). The gate prints the
 //! look and pauses again. At a prediction the letters are answers, so there are no looks there.
 //!
 //! Looks and footers go to stderr, never stdout: stdout carries the narrative (maybe JSON, maybe
@@ -75,7 +76,7 @@ pub type Prompt = Box<dyn Fn(Place) -> String + Send + Sync>;
 /// A look at the run so far, asked for at a pause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Look {
-    /// `s`: the rows and Redis keys read so far.
+    /// `s`: the tables and Redis keys shown so far, read again now where they can be.
     State,
     /// `d`: the diagram of the calls so far.
     Diagram,
