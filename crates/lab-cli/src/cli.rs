@@ -34,10 +34,86 @@ Exit codes:
        (servers and temporary files are cleaned up first in every case; `lab serve`
        ends with 0 on Ctrl-C or SIGTERM, since that is how it stops)
 
-Quick start:
+Examples:
   lab run all                 run every scenario on throwaway PostgreSQL and Redis
-  lab run duplicate --step    pause after every step (Enter: next, q: quit)
-  lab check                   compare every scenario with scenarios/ (for course CIs)";
+  lab run duplicate --step    pause after every step (Enter next, s state, d diagram so
+                              far, b back, q quit)
+  lab check                   compare every scenario with scenarios/ (for course CIs)
+  lab COMMAND --help          each command's flags and examples";
+
+// Each command's `--help` ends with examples: what a teacher or a learner types, with what it
+// does. `tests/cli.rs` checks that every command (and every `lab proxy` subcommand) has them.
+
+const LIST_EXAMPLES: &str = "\
+Examples:
+  lab list                    every scenario, with a one-line summary
+  lab list --knobs            with the knobs `lab run NAME --set` may change, and defaults
+  lab list --format json      one JSON object per scenario, for scripts";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  lab run duplicate                         one scenario, narrated
+  lab run all --lang ru                     every scenario, in Russian
+  lab run duplicate --step                  pause at each step; at the footer
+                                            (step 3/8 · Enter next · s state · d diagram so far
+                                            · b back · q quit) s shows the rows and Redis keys
+                                            read so far, d the calls so far as lanes, b the
+                                            last step again (b again: the one before)
+  yes '' | lab run duplicate --step         step mode without a terminal
+  printf 'b\\nc\\n' | lab run timeout --quiz
+                                            answer the predictions, get a score
+  lab run timeout --set client_timeout_ms=2000
+                                            change a knob (lab list --knobs); the facts that
+                                            differ from the default run are explained
+  lab run chain --diagram                   who called whom, as lanes, after the narrative
+  lab run duplicate --show-sql --show-commands
+                                            the SQL and Redis commands under each step
+  lab run timeout --web                     live on a page for a projector, driven from it
+  lab run all --artifacts out/              event logs, Mermaid diagrams, facts per scenario
+  lab run duplicate --export md > duplicate.md
+                                            a Markdown page for slides";
+
+const CHECK_EXAMPLES: &str = "\
+Examples:
+  lab check                                 every scenario, both languages
+  lab check duplicate timeout               these two only
+  lab check --format junit > report.xml     one test case per scenario and language, for CI
+  lab check duplicate --bless               accept what this run produced as the expected files";
+
+const EXPLAIN_EXAMPLES: &str = "\
+Examples:
+  lab explain duplicate                     each SQL statement and Redis command, by file:line
+  lab explain all --lang ru                 every scenario, in Russian
+  lab explain chain --format json           one JSON object per statement or command";
+
+const DOCTOR_EXAMPLES: &str = "\
+Examples:
+  lab doctor                                what would be used here, what is missing
+  lab doctor --database-url postgresql://user:pass@localhost:5432/db --redis-url redis://localhost:6379
+                                            check servers of your own instead";
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  lab completions bash > /etc/bash_completion.d/lab
+  lab completions zsh > ~/.zfunc/_lab
+  lab completions fish > ~/.config/fish/completions/lab.fish";
+
+const SOAK_EXAMPLES: &str = "\
+Examples:
+  lab soak chain --iterations 200           the protections on: no double charge, exit 0
+  lab soak chain --iterations 200 --protections off
+                                            the broken design: double charges, the demonstration
+  lab soak chain --iterations 1 --seed 3167992149630043406 --protections off
+                                            replay one iteration by its seed
+  lab soak chain --format json              one JSON object per iteration, then a summary";
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  lab serve                                 the services on 127.0.0.1:8480+, the API on :8474
+  lab serve --port-base 9470                every port moved: the API on 9474
+  lab serve --step                          pause inside the services as requests arrive
+  lab serve --lang ru --log                 narrate in Russian, with the services' log lines
+Then, in another terminal: curl lines as `lab serve` prints them, and `lab proxy --help`.";
 
 /// lab: see, on real PostgreSQL and Redis, why retries duplicate side effects and how
 /// idempotency stops it.
@@ -62,7 +138,9 @@ pub struct Global {
     /// Output: text for people, json for one JSON object per line, junit (`check` only) for CI
     #[arg(long, global = true, value_enum, default_value_t = FormatArg::Text)]
     pub format: FormatArg,
-    /// Pause after every step, inside services and before each answer (Enter: go on, q: quit)
+    /// Pause after every step, inside services and before each answer; at each pause: Enter
+    /// go on, s the rows and keys read so far, d the diagram so far, b the last step again,
+    /// q quit
     #[arg(long, global = true)]
     pub step: bool,
     /// Ask each prediction and read the answer (a letter) from stdin, grade it, and print the
@@ -102,12 +180,14 @@ pub struct Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List every scenario with a one-line summary
+    #[command(after_help = LIST_EXAMPLES)]
     List {
         /// Also list each scenario's knobs (what `lab run NAME --set` may change) and defaults
         #[arg(long)]
         knobs: bool,
     },
     /// Run scenarios (or `all`), narrated, on one set of servers
+    #[command(after_help = RUN_EXAMPLES)]
     Run {
         /// Scenario names, or `all`
         #[arg(required = true, value_name = "NAME")]
@@ -142,6 +222,7 @@ pub enum Command {
         no_open: bool,
     },
     /// Run scenarios headless and compare facts and narratives (ru and en) with scenarios/
+    #[command(after_help = CHECK_EXAMPLES)]
     Check {
         /// Scenario names (default: all)
         #[arg(value_name = "NAME")]
@@ -152,15 +233,18 @@ pub enum Command {
     },
     /// Run scenarios headless and list the SQL statements and Redis commands each executed,
     /// by the function (file:line) they are written in: from the narrative to the code
+    #[command(after_help = EXPLAIN_EXAMPLES)]
     Explain {
         /// Scenario names, or `all`
         #[arg(required = true, value_name = "NAME")]
         names: Vec<String>,
     },
     /// Show which servers would be used, their versions, and what is missing
+    #[command(after_help = DOCTOR_EXAMPLES)]
     Doctor,
     /// Print a shell completion script: `lab completions bash > /etc/bash_completion.d/lab`,
     /// `lab completions zsh > ~/.zfunc/_lab`, `lab completions fish > ~/.config/fish/completions/lab.fish`
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
@@ -168,6 +252,7 @@ pub enum Command {
     /// Pay through the chain again and again with faults (lost answers, resets, delays) placed at
     /// random, seeded points, and check "one charge per key" every time; exit 1 if the
     /// protections are on and an iteration broke it
+    #[command(after_help = SOAK_EXAMPLES)]
     Soak {
         #[arg(value_enum)]
         target: SoakTarget,
@@ -186,6 +271,7 @@ pub enum Command {
     },
     /// Serve the bundled services on fixed ports, each behind a fault proxy, with the Toxiproxy
     /// API on 127.0.0.1:8474, until Ctrl-C
+    #[command(after_help = SERVE_EXAMPLES)]
     Serve {
         /// Move every port: the API on BASE+4, the report service on BASE+10 (through its
         /// proxy) and BASE+20 (direct)

@@ -4,7 +4,8 @@
 //! killing the process halfway.
 //!
 //! ```text
-//! Session::open ── start_servers (a spinner; a signal here stops cleanly too)
+//! Session::open ── start_servers (a spinner after 300 ms, on a terminal; a signal here stops
+//!                                  cleanly too)
 //!               ── guarded(work) ── Finished | Interrupted | Quit
 //!               ── close: proxies left on a given Toxiproxy, abandoned runs, servers
 //! ```
@@ -15,10 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use indicatif::{ProgressBar, ProgressStyle};
-use lab_core::gate::Pause;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use lab_core::gate::{Look, Options, Pause, Place, Screen, Sofar, Viewer};
 use lab_core::narrator::SharedSink;
-use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink};
+use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink, swimlanes};
 use lab_core::text::COMMON;
 use lab_core::{Gate, Lang, Msg, Narrator};
 use lab_infra::{Needs, Origin, ServerOptions, Servers};
@@ -257,8 +258,15 @@ impl Session {
         let library = library()?;
         let gate = match (mode, global.step, global.quiz) {
             (Mode::Headless, _, _) => Gate::default(),
-            (Mode::Live, true, _) => Gate::stepping(stdin(), prompt(&library, lang)),
-            (Mode::Live, false, true) => Gate::quizzing(stdin(), prompt(&library, lang)),
+            (Mode::Live, true, _) => Gate::stepping_with(
+                stdin(),
+                prompt(&library, lang),
+                Options {
+                    viewer: Some(viewer(&library, lang, color, global)),
+                    screen: screen(),
+                },
+            ),
+            (Mode::Live, false, true) => Gate::quizzing(stdin(), prompt(&library, lang), screen()),
             (Mode::Live, false, false) => Gate::default(),
         };
         Ok(Session {
@@ -301,6 +309,13 @@ impl Session {
         )))
     }
 
+    /// How many steps a scenario's run has, counted in its expected narrative (`None` before
+    /// its first `--bless`, or when the file does not count its steps in order).
+    pub fn expected_steps(&self, scenario: &str) -> Option<u32> {
+        let narrative = self.library.expected_narrative(scenario, Lang::En)?;
+        lab_core::render::count_steps(&narrative)
+    }
+
     /// A narrator that renders live and pauses at the session's gate.
     pub fn live_narrator(&self, sink: &SharedSink) -> Narrator {
         Narrator::new(Some(sink.clone()), self.gate.clone())
@@ -328,25 +343,18 @@ impl Session {
                 );
             }
         }
-        // indicatif draws nothing when stderr is not a terminal: scripts and CI see no spinner.
-        // A spinner is made of escape codes, so NO_COLOR and --color never turn it off too.
-        let spinner = if self.color {
-            ProgressBar::new_spinner()
-        } else {
-            ProgressBar::hidden()
-        };
-        spinner.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
-        spinner.set_message(self.library.texts.render(
-            COMMON,
-            self.lang,
-            &Msg::new("cli.starting"),
-        ));
-        spinner.enable_steady_tick(Duration::from_millis(100));
+        let spinner = Spinner::after(
+            SPINNER_DELAY,
+            self.color,
+            self.library
+                .texts
+                .render(COMMON, self.lang, &Msg::new("cli.starting")),
+        );
         // Nothing pauses while servers start: only a signal can cut this short.
         let started = self
             .guarded_with(Servers::start(&self.options, needs), &Gate::default())
             .await;
-        spinner.finish_and_clear();
+        spinner.clear().await;
         match started {
             Guarded::Finished(Ok(servers)) => {
                 report_leftovers(&servers.leftovers);
@@ -440,6 +448,51 @@ impl Session {
     }
 }
 
+/// How long servers may take to start before a spinner says that they are starting: a start
+/// from the template, against a warm machine, is over before anyone would read it, and a
+/// spinner that flashes for 100 ms is noise on a projector.
+const SPINNER_DELAY: Duration = Duration::from_millis(300);
+
+/// A spinner on stderr that appears only if what it waits for is still going after a delay,
+/// and only on a terminal: scripts, CI and tests (which compare stderr byte for byte) never see
+/// it.
+struct Spinner {
+    bar: ProgressBar,
+    /// Shows the bar once the delay is over; aborted when the wait ends first.
+    show: tokio::task::JoinHandle<()>,
+}
+
+impl Spinner {
+    /// `color`: a spinner is made of escape codes, so NO_COLOR and `--color never` turn it off
+    /// too.
+    fn after(delay: Duration, color: bool, message: String) -> Spinner {
+        // Hidden until the delay is over: drawing nothing costs nothing.
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
+        bar.set_message(message);
+        let shown = bar.clone();
+        let terminal = color && std::io::stderr().is_terminal();
+        let show = tokio::spawn(async move {
+            if !terminal {
+                return;
+            }
+            tokio::time::sleep(delay).await;
+            shown.set_draw_target(ProgressDrawTarget::stderr());
+            shown.enable_steady_tick(Duration::from_millis(100));
+        });
+        Spinner { bar, show }
+    }
+
+    /// Stops it, and takes it off the screen if it was ever shown. The task is awaited after
+    /// the abort: one that was already past its sleep (on another worker thread) must not
+    /// start the ticking after the bar is cleared.
+    async fn clear(self) {
+        self.show.abort();
+        let _ = self.show.await;
+        self.bar.finish_and_clear();
+    }
+}
+
 /// Says what a killed `lab` had left behind and this one removed.
 pub fn report_leftovers(removed: &[std::path::PathBuf]) {
     for dir in removed {
@@ -480,25 +533,100 @@ fn stdin() -> BufReader<tokio::io::Stdin> {
     BufReader::new(tokio::io::stdin())
 }
 
-/// The prompts of `--step` and `--quiz`, in the learner's language.
+/// The footers of `--step` and `--quiz`, in the learner's language: where the run is (`step
+/// 3/8`, or `step 3` when the count is not known) and the keys of this pause.
 fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
     let texts = library.texts.clone();
-    Box::new(move |pause| {
-        // The prompt goes to stderr: the step it follows must be on the screen first.
+    Box::new(move |place: Place| {
+        // The footer goes to stderr: the step it follows must be on the screen first.
         crate::output::drain();
-        let key = match pause {
+        let key = match place.pause {
             Pause::Step => "gate.step",
             Pause::Service => "gate.service",
             Pause::Predict => "gate.predict",
             Pause::Reveal => "gate.reveal",
         };
-        texts.render(COMMON, lang, &Msg::new(key))
+        let keys = texts.render(COMMON, lang, &Msg::new(key));
+        // Before the first step (a service that pauses while the story is set up) there is no
+        // progress to tell.
+        if place.step == 0 {
+            return texts.render(
+                COMMON,
+                lang,
+                &Msg::new("gate.footer_bare").arg("keys", keys),
+            );
+        }
+        let progress = match place.of {
+            Some(of) => Msg::new("gate.progress")
+                .arg("step", place.step)
+                .arg("of", of),
+            None => Msg::new("gate.progress_unknown").arg("step", place.step),
+        };
+        let progress = texts.render(COMMON, lang, &progress);
+        texts.render(
+            COMMON,
+            lang,
+            &Msg::new("gate.footer")
+                .arg("progress", progress)
+                .arg("keys", keys),
+        )
     })
+}
+
+/// What `s`, `d` and `b` show at a pause: the same renderers as the narrative and `--diagram`,
+/// in the learner's language and colours, on the events recorded so far.
+fn viewer(library: &Library, lang: Lang, color: bool, global: &Global) -> Viewer {
+    let texts = library.texts.clone();
+    let (show_sql, show_commands) = (global.show_sql, global.show_commands);
+    Box::new(move |look: Look, sofar: &Sofar| {
+        let events = &sofar.events;
+        let renderer =
+            || TextRenderer::new(texts.clone(), lang, color).with_executed(show_sql, show_commands);
+        match look {
+            Look::State => renderer().state_so_far(events, &sofar.now),
+            Look::Back(n) => renderer().step_again(events, n),
+            Look::Diagram => {
+                let heading = texts.render(COMMON, lang, &Msg::new("gate.look.diagram"));
+                let picture = swimlanes(&texts, lang, events);
+                let picture = if picture.is_empty() {
+                    format!(
+                        "    {}\n",
+                        texts.render(COMMON, lang, &Msg::new("gate.look.no_calls"))
+                    )
+                } else {
+                    picture
+                };
+                format!("\n── {heading} ──\n{picture}")
+            }
+        }
+    })
+}
+
+/// Where the footers go (stderr), and so how they leave the screen: erased on a terminal once
+/// answered (by an echoed Enter when stdin is that terminal too), ending their line otherwise.
+fn screen() -> Screen {
+    fn columns() -> usize {
+        console::Term::stderr().size().1.into()
+    }
+    if std::io::stderr().is_terminal() {
+        Screen::Terminal {
+            echo: std::io::stdin().is_terminal(),
+            columns,
+        }
+    } else {
+        Screen::Lines
+    }
 }
 
 /// Says that lab was interrupted and everything is cleaned up; the exit code for it.
 pub fn interrupted(signal: Interrupt) -> u8 {
     crate::output::drain();
+    // A Ctrl-C at a pause leaves the cursor on the step footer (after the terminal's `^C`):
+    // clear that line first, so the message does not run into it. Every other line on stderr
+    // has ended, so on a terminal this clears nothing else.
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K");
+    }
     eprintln!("{}", t("interrupted"));
     signal.exit_code()
 }

@@ -56,6 +56,51 @@ fn help_documents_the_exit_codes() {
     }
 }
 
+/// The subcommands a `--help` lists under "Commands:" (without clap's own `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        // A visible alias is listed as `list, ls`.
+        .map(|name| name.trim_end_matches(',').to_string())
+        .filter(|name| name != "help")
+        .collect()
+}
+
+/// Every command's `--help`, and every subcommand's under it (`lab proxy toxic add`), ends with
+/// examples: what to type, and what it does.
+#[test]
+fn every_command_has_examples_in_its_help() {
+    let mut queue: Vec<Vec<String>> = vec![vec![]];
+    let mut seen = 0;
+    while let Some(path) = queue.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = run(&args);
+        assert_code(&out, 0);
+        let help = stdout(&out);
+        assert!(
+            help.lines().any(|l| l.starts_with("Examples")),
+            "`lab {}` has no Examples section:\n{help}",
+            args.join(" ")
+        );
+        let example = format!("  lab {}", path.join(" "));
+        assert!(
+            help.contains(example.trim_end()),
+            "`lab {}`'s examples do not show it:\n{help}",
+            args.join(" ")
+        );
+        for sub in subcommands(&help) {
+            queue.push(path.iter().cloned().chain([sub]).collect());
+        }
+        seen += 1;
+    }
+    // lab, 9 commands, proxy's 7, toxic's 3.
+    assert!(seen >= 20, "only {seen} commands found");
+}
+
 /// Every scenario's JSON output ends with its summary, whose facts are the ones its
 /// `expected.json` (the single copy of its contract) names, measured.
 #[test]

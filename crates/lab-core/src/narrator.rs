@@ -5,6 +5,8 @@
 //! happens, and is recorded, so `lab check` can render the whole run again in both languages.
 //! The step methods are `async` because in step mode they wait at the [`Gate`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -13,7 +15,7 @@ use parking_lot::Mutex;
 
 use serde_json::Value;
 
-use crate::gate::Pause;
+use crate::gate::{Look, Pause, Place, Sofar, SofarFuture};
 use crate::{Event, Facts, Fault, Gate, Msg, Outcome, Quit, Table, facts};
 
 /// Where events go as they happen: a renderer writing to stdout, usually.
@@ -36,8 +38,33 @@ struct Inner {
     events: Mutex<Vec<Event>>,
     /// Step numbers count from 1 in each scenario.
     steps: AtomicU32,
+    /// How many steps this run will have, when known for sure (0: not known).
+    expected_steps: AtomicU32,
     facts: Mutex<Facts>,
+    /// The state views shown so far that can be read again, by table title key, in the order
+    /// they were first shown.
+    views: Mutex<Vec<(String, Reread)>>,
 }
+
+/// Reads a state view again: the same query (or Redis read) that produced a table the scenario
+/// showed, run again when the learner presses `s` in step mode. `None` when it cannot be read
+/// now (the look then shows the table as last read).
+pub type Reread =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<Table>> + Send>> + Send + Sync>;
+
+/// Makes a [`Reread`] of an async closure.
+pub fn reread<F, Fut>(read: F) -> Reread
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Option<Table>> + Send + 'static,
+{
+    Arc::new(move || Box::pin(read()))
+}
+
+/// How long `s` waits for one view to be read again before it shows the table as last read: a
+/// pause inside a service may hold what the read needs (a pool's last connection), and a look
+/// must never hang the class.
+const REREAD_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A narrator that does not keep its run alive (the run table of [`crate::trace`]).
 #[derive(Clone)]
@@ -73,7 +100,9 @@ impl Narrator {
                 gate,
                 events: Mutex::new(Vec::new()),
                 steps: AtomicU32::new(0),
+                expected_steps: AtomicU32::new(0),
                 facts: Mutex::new(Facts::new()),
+                views: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -91,6 +120,62 @@ impl Narrator {
 
     pub fn gate(&self) -> &Gate {
         &self.inner.gate
+    }
+
+    /// Tells how many steps this run will have, for the step gate's footer (`step 3/8`). Only
+    /// a number known for sure: the CLI counts them in the scenario's expected narrative, the
+    /// record of an identical run. `None` (or 0) leaves the footer at `step 3`.
+    pub fn expect_steps(&self, steps: Option<u32>) {
+        self.inner
+            .expected_steps
+            .store(steps.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// Where the run is, for the footer of a pause of this kind.
+    fn place(&self, pause: Pause) -> Place {
+        let step = self.inner.steps.load(Ordering::SeqCst);
+        let of = self.inner.expected_steps.load(Ordering::SeqCst);
+        Place {
+            pause,
+            step,
+            // A run that has gone past the count is not the run it was counted from: no
+            // number rather than a wrong one.
+            of: (of > 0 && step <= of).then_some(of),
+        }
+    }
+
+    /// Pauses at the gate, with the progress for its footer and this run's events (and, for
+    /// `s`, its state views read again) for its looks.
+    async fn pause(&self, pause: Pause) -> Result<String, Quit> {
+        let sofar = |look: Look| -> SofarFuture<'_> { Box::pin(self.sofar(look)) };
+        self.inner.gate.pause_at(self.place(pause), &sofar).await
+    }
+
+    /// What a look is made of: the events so far, and for `s` every state view read again now.
+    async fn sofar(&self, look: Look) -> Sofar {
+        let events = self.events();
+        if look != Look::State {
+            return Sofar {
+                events,
+                now: Vec::new(),
+            };
+        }
+        let views: Vec<Reread> = self
+            .inner
+            .views
+            .lock()
+            .iter()
+            .map(|(_, r)| r.clone())
+            .collect();
+        let mut now = Vec::new();
+        for view in views {
+            // Backstage: the look's own reads are not part of the run (`--show-sql`, JSON).
+            let read = crate::trace::backstage(tokio::time::timeout(REREAD_TIMEOUT, view()));
+            if let Ok(Some(table)) = read.await {
+                now.push(table);
+            }
+        }
+        Sofar { events, now }
     }
 
     /// Sends an event to the sink and records it.
@@ -119,7 +204,7 @@ impl Narrator {
             number,
             text: text.into(),
         });
-        self.inner.gate.pause(Pause::Step).await.map(drop)
+        self.pause(Pause::Step).await.map(drop)
     }
 
     /// A network call is being sent.
@@ -179,11 +264,24 @@ impl Narrator {
             service: service.to_string(),
             text: text.into(),
         });
-        let _ = self.inner.gate.pause(Pause::Service).await;
+        let _ = self.pause(Pause::Service).await;
     }
 
     pub fn state(&self, table: Table) {
         self.emit(Event::State { table });
+    }
+
+    /// A table, as [`Narrator::state`], that `s` in step mode reads again with `reread`, to
+    /// show it as it is at that moment. A later view with the same title replaces it.
+    pub fn state_view(&self, table: Table, reread: Reread) {
+        if self.inner.gate.is_stepping() {
+            let mut views = self.inner.views.lock();
+            match views.iter_mut().find(|(key, _)| *key == table.title.key) {
+                Some((_, view)) => *view = reread,
+                None => views.push((table.title.key.clone(), reread)),
+            }
+        }
+        self.state(table);
     }
 
     pub fn note(&self, text: impl Into<Msg>) {
@@ -196,7 +294,7 @@ impl Narrator {
         self.emit(Event::Predict {
             prefix: prefix.to_string(),
         });
-        let answer = self.inner.gate.pause(Pause::Predict).await?;
+        let answer = self.pause(Pause::Predict).await?;
         if !answer.is_empty() {
             self.emit(Event::LearnerAnswer { answer });
         }
@@ -205,7 +303,7 @@ impl Narrator {
 
     /// Reveals the answer (built from measured values); step mode pauses first.
     pub async fn reveal(&self, answer: impl Into<Msg>) -> Result<(), Quit> {
-        self.inner.gate.pause(Pause::Reveal).await?;
+        self.pause(Pause::Reveal).await?;
         self.emit(Event::Reveal {
             answer: answer.into(),
         });

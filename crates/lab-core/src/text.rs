@@ -79,6 +79,11 @@ impl From<i32> for Arg {
         Arg::Int(n.into())
     }
 }
+impl From<u32> for Arg {
+    fn from(n: u32) -> Arg {
+        Arg::Int(n.into())
+    }
+}
 impl From<u16> for Arg {
     fn from(n: u16) -> Arg {
         Arg::Int(n.into())

@@ -70,6 +70,12 @@ Exit codes:
   3  the API cannot be reached or fails, or (for `fault`) it is a Toxiproxy without the lab's
      one-shot faults";
 
+const TOXIC_EXAMPLES: &str = "\
+Examples:
+  lab proxy toxic add reports -t latency -a latency=900 -d
+  lab proxy toxic update reports -n latency_downstream -a latency=200
+  lab proxy toxic remove reports -n latency_downstream";
+
 /// `lab proxy`'s arguments: one of its subcommands.
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP, subcommand_required = true, arg_required_else_help = true)]
@@ -81,17 +87,38 @@ pub struct ProxyArgs {
 #[derive(Debug, Subcommand)]
 pub enum ProxyCommand {
     /// List every proxy: its listen address, upstream, state and number of toxics
-    #[command(visible_alias = "ls", aliases = ["l", "li"])]
+    #[command(visible_alias = "ls", aliases = ["l", "li"], after_help = "\
+Examples:
+  lab proxy list                            every proxy of `lab serve` on 127.0.0.1:8474
+  lab proxy list --format json              the API's JSON
+  lab proxy list --toxiproxy-url http://127.0.0.1:8475
+                                            the proxies of a real Toxiproxy")]
     List,
     /// Show one proxy, its toxics by stream and (on `lab serve`) its armed one-shot faults
-    #[command(visible_alias = "i", alias = "ins")]
+    #[command(
+        visible_alias = "i",
+        alias = "ins",
+        after_help = "\
+Examples:
+  lab proxy inspect reports                 the report service's proxy, toxics and faults
+  lab proxy inspect reports --format json   the API's JSON"
+    )]
     Inspect {
         /// The proxy, e.g. reports
         #[arg(value_name = "PROXY")]
         name: String,
     },
     /// Create a proxy that listens on ADDR and forwards to ADDR
-    #[command(visible_alias = "new", alias = "c")]
+    #[command(
+        visible_alias = "new",
+        alias = "c",
+        after_help = "\
+Examples:
+  lab proxy create pg -l 127.0.0.1:5433 -u 127.0.0.1:5432
+                                            a proxy in front of a PostgreSQL
+  lab proxy create pg -l 127.0.0.1:0 -u 127.0.0.1:5432
+                                            on any free port (`lab proxy inspect pg` shows it)"
+    )]
     Create {
         /// The new proxy's name
         #[arg(value_name = "PROXY")]
@@ -105,14 +132,25 @@ pub enum ProxyCommand {
     },
     /// Disable an enabled proxy (it refuses connections and cuts open ones), or enable a
     /// disabled one
-    #[command(visible_alias = "tog")]
+    #[command(
+        visible_alias = "tog",
+        after_help = "\
+Examples:
+  lab proxy toggle reports                  refuse connections and cut the open ones
+  lab proxy toggle reports                  again: accept connections"
+    )]
     Toggle {
         /// The proxy, e.g. reports
         #[arg(value_name = "PROXY")]
         name: String,
     },
     /// Delete a proxy: its port closes and its connections are cut
-    #[command(alias = "d")]
+    #[command(
+        alias = "d",
+        after_help = "\
+Examples:
+  lab proxy delete pg                       its port closes, its connections are cut"
+    )]
     Delete {
         /// The proxy to delete
         #[arg(value_name = "PROXY")]
@@ -122,7 +160,8 @@ pub enum ProxyCommand {
     #[command(
         visible_alias = "t",
         subcommand_required = true,
-        arg_required_else_help = true
+        arg_required_else_help = true,
+        after_help = TOXIC_EXAMPLES
     )]
     Toxic {
         #[command(subcommand)]
@@ -136,13 +175,34 @@ pub enum ProxyCommand {
 #[derive(Debug, Subcommand)]
 pub enum ToxicCommand {
     /// Add a toxic to a proxy, on the downstream (the answers) unless -u
-    #[command(visible_alias = "a")]
+    #[command(
+        visible_alias = "a",
+        after_help = "\
+Examples:
+  lab proxy toxic add reports -t latency -a latency=900 -d
+                                            every answer held 900 ms on its way back
+  lab proxy toxic add reports -t latency -a latency=500 -a jitter=100 -u --tox 0.5
+                                            half the requests late on their way in
+  lab proxy toxic add reports -t timeout -a timeout=0
+                                            the data stops: connections hang until removed
+  lab proxy toxic add reports -t reset_peer -a timeout=100
+                                            connections reset after 100 ms"
+    )]
     Add(ToxicAdd),
     /// Change a toxic's attributes or toxicity (its type and stream stay)
-    #[command(visible_alias = "u")]
+    #[command(
+        visible_alias = "u",
+        after_help = "\
+Examples:
+  lab proxy toxic update reports -n latency_downstream -a latency=200
+  lab proxy toxic update reports -n latency_downstream --tox 0.1"
+    )]
     Update(ToxicUpdate),
     /// Remove a toxic from a proxy
-    #[command(visible_alias = "r", aliases = ["delete", "d"])]
+    #[command(visible_alias = "r", aliases = ["delete", "d"], after_help = "\
+Examples:
+  lab proxy toxic remove reports -n latency_downstream
+                                            (`lab proxy inspect reports` names the toxics)")]
     Remove {
         /// The proxy, e.g. reports
         #[arg(value_name = "PROXY")]

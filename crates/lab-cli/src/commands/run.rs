@@ -184,6 +184,11 @@ pub async fn run(
             } else {
                 session.live_narrator(&sink)
             };
+            // The footer's `step 3/8`: counted in the scenario's expected narrative, the record
+            // of the same run. A knob set may change the story, so then only `step 3`.
+            if session.gate.is_stepping() && !knobs_set {
+                narrator.expect_steps(session.expected_steps(scenario.name));
+            }
             let report = lab_scenarios::run(
                 scenario,
                 &servers,
@@ -330,8 +335,8 @@ async fn run_web(
                 // The gate's prompt is where the page learns that the run waits.
                 let gate = Gate::stepping(input, {
                     let hub = hub.clone();
-                    Box::new(move |pause| {
-                        hub.gate_paused(run_epoch, pause);
+                    Box::new(move |place: lab_core::gate::Place| {
+                        hub.gate_paused(run_epoch, place.pause);
                         String::new()
                     })
                 });

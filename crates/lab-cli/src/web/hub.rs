@@ -397,8 +397,8 @@ mod tests {
         let (epoch, reader) = hub.begin(json!({"scenario": "x"}));
         let gate = lab_core::Gate::stepping(reader, {
             let hub = hub.clone();
-            Box::new(move |pause| {
-                hub.gate_paused(epoch, pause);
+            Box::new(move |place: lab_core::gate::Place| {
+                hub.gate_paused(epoch, place.pause);
                 String::new()
             })
         });

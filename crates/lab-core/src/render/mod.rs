@@ -11,7 +11,7 @@ pub mod web;
 pub use diagram::{mermaid, mermaid_calls, swimlanes};
 pub use explain::render_explain;
 pub use json::JsonRenderer;
-pub use text::{TextRenderer, render_text};
+pub use text::{TextRenderer, count_steps, render_text};
 pub use web::WebRenderer;
 
 use std::io::Write;

@@ -46,6 +46,30 @@ pub fn render_text(texts: &Arc<Texts>, lang: Lang, events: &[Event]) -> String {
     events.iter().map(|e| renderer.render(e)).collect()
 }
 
+/// How many steps a rendered narrative has: the number of its last step line (` 7. …`, `12. …`,
+/// as [`TextRenderer`] writes them), when the step lines count 1, 2, 3, … in order. The quiz's
+/// numbered questions are indented further (`  1. `) and are not steps. `None` when there are
+/// no steps or they do not count up in order (a file edited by hand): no number rather than a
+/// wrong one.
+pub fn count_steps(narrative: &str) -> Option<u32> {
+    let mut last = 0;
+    for line in narrative.lines() {
+        // A step's number is right-aligned in two columns: " 7. " or "12. ".
+        let head = line.get(..2).unwrap_or("");
+        if !line.get(2..).is_some_and(|rest| rest.starts_with(". ")) {
+            continue;
+        }
+        let Ok(number) = head.trim_start().parse::<u32>() else {
+            continue;
+        };
+        if number != last + 1 {
+            return None;
+        }
+        last = number;
+    }
+    (last > 0).then_some(last)
+}
+
 /// The words of a line for wrapping, with `=` and `→` glued to their neighbours: `attempts = 2`
 /// never breaks across lines.
 fn glued_words(line: &str) -> Vec<String> {
@@ -109,6 +133,77 @@ impl TextRenderer {
     pub fn with_answers(mut self, answers: bool) -> TextRenderer {
         self.answers = answers;
         self
+    }
+
+    /// The look `s` of step mode: the rows (and the Redis keys, with their TTL) that the run
+    /// has shown, in the order it first showed them. A table in `now` was just read again: it
+    /// is shown as it is now, with what changed since the class last saw it marked as the
+    /// narrative marks it (`old→new`, `+`). Any other is shown as last read, with its step.
+    pub fn state_so_far(&mut self, events: &[Event], now: &[Table]) -> String {
+        let mut order: Vec<String> = Vec::new();
+        let mut latest: std::collections::HashMap<String, (u32, Table)> = Default::default();
+        let mut step = 0;
+        for event in events {
+            match event {
+                Event::Start { scenario } => self.scope = scenario.clone(),
+                Event::Step { number, .. } => step = *number,
+                Event::State { table } => {
+                    if !latest.contains_key(&table.title.key) {
+                        order.push(table.title.key.clone());
+                    }
+                    latest.insert(table.title.key.clone(), (step, table.clone()));
+                }
+                _ => {}
+            }
+        }
+        let heading = self.paint(
+            &format!("── {} ──", self.key("gate.look.state")),
+            Style::Bold,
+        );
+        let mut out = format!("\n{heading}\n");
+        if order.is_empty() {
+            out.push_str(&Self::wrap(&self.key("gate.look.no_state"), "    ", "    "));
+        }
+        for key in &order {
+            let (step, shown) = &latest[key];
+            let (table, read) = match now.iter().find(|t| t.title.key == *key) {
+                Some(fresh) => (
+                    self.table(fresh, Some(shown)),
+                    self.key("gate.look.read_now"),
+                ),
+                None => (
+                    self.table(shown, None),
+                    self.t(&Msg::new("gate.look.read_at").arg("step", *step)),
+                ),
+            };
+            out.push_str(&table);
+            let _ = writeln!(out, "    └ {}", self.paint(&read, Style::Dim));
+        }
+        out
+    }
+
+    /// The look `b` of step mode: the `back`-th last step as the narrative showed it (1: the
+    /// last one), with everything after it up to the next step: its calls, what the services
+    /// did, its tables. Further back than the first step is the title and the story.
+    pub fn step_again(&mut self, events: &[Event], back: usize) -> String {
+        // Rendered from the start, as the live renderer did, so each table's marks of what
+        // changed come out the same.
+        let mut text = String::new();
+        let mut starts = vec![0];
+        for event in events {
+            if matches!(event, Event::Step { .. }) {
+                starts.push(text.len());
+            }
+            text.push_str(&self.render(event));
+        }
+        let from = starts.len().saturating_sub(back.max(1));
+        let start = starts[from];
+        let end = starts.get(from + 1).copied().unwrap_or(text.len());
+        let heading = self.paint(
+            &format!("── {} ──", self.key("gate.look.again")),
+            Style::Bold,
+        );
+        format!("\n{heading}\n{}", &text[start..end])
     }
 
     fn t(&self, msg: &Msg) -> String {
@@ -597,6 +692,88 @@ mod tests {
             reflow(text),
             "one two\n\nthree\n  WHERE x\n  AND y\nfour five"
         );
+    }
+
+    /// A catalogue with what the looks need, and a run: the story, two steps, a table shown
+    /// after each.
+    fn run_so_far() -> (Arc<Texts>, Vec<Event>) {
+        let mut texts = Texts::new();
+        texts
+            .add(
+                COMMON,
+                Lang::En,
+                "title = \"T\"\nstory = \"The story.\"\n[step]\none = \"One.\"\ntwo = \"Two.\"\n\
+                 [table]\ntasks = \"tasks\"\n[gate.look]\nstate = \"State\"\n\
+                 no_state = \"Nothing yet.\"\nread_at = \"as read at step {step}\"\n\
+                 read_now = \"read again just now\"\nagain = \"Again\"\n",
+            )
+            .unwrap();
+        let tasks = |status: &str| Table {
+            title: Msg::new("table.tasks"),
+            columns: vec!["id".into(), "status".into()],
+            rows: vec![vec!["42".into(), status.into()]],
+        };
+        let events = vec![
+            Event::Start {
+                scenario: "x".into(),
+            },
+            Event::Step {
+                number: 1,
+                text: Msg::new("step.one"),
+            },
+            Event::State {
+                table: tasks("pending"),
+            },
+            Event::Step {
+                number: 2,
+                text: Msg::new("step.two"),
+            },
+        ];
+        (Arc::new(texts), events)
+    }
+
+    #[test]
+    fn the_state_look_shows_tables_as_last_read_or_read_again_with_what_changed() {
+        let (texts, events) = run_so_far();
+        let last = TextRenderer::new(texts.clone(), Lang::En, false).state_so_far(&events, &[]);
+        assert!(last.contains("│ 42  pending"), "{last}");
+        assert!(last.contains("└ as read at step 1"), "{last}");
+
+        let now = Table {
+            title: Msg::new("table.tasks"),
+            columns: vec!["id".into(), "status".into()],
+            rows: vec![vec!["42".into(), "processing".into()]],
+        };
+        let fresh = TextRenderer::new(texts.clone(), Lang::En, false).state_so_far(&events, &[now]);
+        assert!(fresh.contains("42  pending→processing"), "{fresh}");
+        assert!(fresh.contains("└ read again just now"), "{fresh}");
+
+        let none = TextRenderer::new(texts, Lang::En, false).state_so_far(&events[..2], &[]);
+        assert!(none.contains("Nothing yet."), "{none}");
+    }
+
+    #[test]
+    fn back_shows_the_last_step_then_the_one_before_then_the_story() {
+        let (texts, events) = run_so_far();
+        let again =
+            |back| TextRenderer::new(texts.clone(), Lang::En, false).step_again(&events, back);
+        assert_eq!(again(1), "\n── Again ──\n 2. Two.\n");
+        assert_eq!(
+            again(2),
+            "\n── Again ──\n 1. One.\n    ┌ tasks\n    │ id  status\n    │ 42  pending\n"
+        );
+        assert!(again(3).contains("The story."), "{}", again(3));
+        assert_eq!(again(9), again(3), "no further back than the story");
+    }
+
+    #[test]
+    fn steps_are_counted_by_their_lines_not_the_quiz() {
+        let narrative = "story\n 1. one\n    more\n 2. two\n\nquiz\n  1. why?\n  2. how?\n";
+        assert_eq!(count_steps(narrative), Some(2));
+        let ten: String = (1..=12).map(|n| format!("{n:>2}. step\n")).collect();
+        assert_eq!(count_steps(&ten), Some(12));
+        assert_eq!(count_steps("no steps\n  1. a question\n"), None);
+        assert_eq!(count_steps(" 1. one\n 3. three\n"), None, "not in order");
     }
 
     #[test]

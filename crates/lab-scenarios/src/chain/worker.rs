@@ -111,19 +111,33 @@ async fn publish(ctx: &Ctx, s: &Setup, job: &InvoiceJob) -> Result<(), ScenarioE
     Ok(())
 }
 
-/// Shows the stream's pending entries list, as `XPENDING` gives it.
+/// Shows the stream's pending entries list, as `XPENDING` gives it. In step mode, `s` reads it
+/// again.
 #[tracing::instrument(name = "lab.backstage", skip_all)]
 async fn show_pending(ctx: &Ctx, s: &Setup) -> Result<Vec<super::queue::Pending>, ScenarioError> {
     let pending = s.inspector.pending().await?;
-    ctx.narrator.state(Table {
+    let again = lab_core::narrator::reread({
+        let (inspector, entries) = (s.inspector.clone(), s.entries.clone());
+        move || {
+            let (inspector, entries) = (inspector.clone(), entries.clone());
+            async move { Some(pending_table(&inspector.pending().await.ok()?, &entries)) }
+        }
+    });
+    ctx.narrator
+        .state_view(pending_table(&pending, &s.entries), again);
+    Ok(pending)
+}
+
+/// The pending entries list, each entry by its number in this run.
+fn pending_table(pending: &[super::queue::Pending], entries: &Entries) -> Table {
+    Table {
         title: Msg::new("table.pending"),
         columns: ["entry", "consumer", "deliveries"].map(String::from).to_vec(),
         rows: pending
             .iter()
-            .map(|p| vec![s.entries.number(&p.entry), p.consumer.clone(), p.count.to_string()])
+            .map(|p| vec![entries.number(&p.entry), p.consumer.clone(), p.count.to_string()])
             .collect(),
-    });
-    Ok(pending)
+    }
 }
 
 /// The mailer's own list of emails.

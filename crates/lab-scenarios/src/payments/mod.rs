@@ -303,12 +303,18 @@ pub struct RedisRecord {
 /// Reads the coordinator's record for a client key with `GET` and `PTTL`.
 #[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn read_record(ctx: &Ctx, key: &str) -> Result<Option<RedisRecord>, ScenarioError> {
-    let mut conn = redis(ctx)?;
-    let redis_key = record_key(ctx, key);
+    read_record_at(&mut redis(ctx)?, &record_key(ctx, key)).await
+}
+
+/// Reads the coordinator's record at a Redis key with `GET` and `PTTL`.
+async fn read_record_at(
+    conn: &mut Traced<redis::aio::MultiplexedConnection>,
+    redis_key: &str,
+) -> Result<Option<RedisRecord>, ScenarioError> {
     let (value, pttl): (Option<String>, i64) = redis::pipe()
-        .get(&redis_key)
-        .pttl(&redis_key)
-        .query_async(&mut conn)
+        .get(redis_key)
+        .pttl(redis_key)
+        .query_async(conn)
         .await?;
     let Some(value) = value else {
         return Ok(None);
@@ -326,19 +332,49 @@ pub fn pttl_secs(pttl: i64) -> i64 {
     if pttl < 0 { pttl } else { (pttl + 999) / 1000 }
 }
 
-/// Shows the coordinator's records for these client keys as they are in Redis now.
+/// Shows the coordinator's records for these client keys as they are in Redis now, each with
+/// its TTL. In step mode, `s` reads them again (the TTLs have gone down since).
 #[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn show_records(ctx: &Ctx, keys: &[&str]) -> Result<(), ScenarioError> {
+    let conn = redis(ctx)?;
+    // Each record's Redis key, and the key as the narrative shows it (without the run's
+    // prefix).
+    let keys: Vec<(String, String)> = keys
+        .iter()
+        .map(|key| {
+            let redis_key = record_key(ctx, key);
+            (redis_key.clone(), shown_key(ctx, &redis_key))
+        })
+        .collect();
+    let table = records_table(conn.clone(), &keys).await?;
+    let again = lab_core::narrator::reread(move || {
+        let (conn, keys) = (conn.clone(), keys.clone());
+        async move { records_table(conn, &keys).await.ok() }
+    });
+    ctx.narrator.state_view(table, again);
+    Ok(())
+}
+
+/// The coordinator's records at these Redis keys (each with the key it is shown as).
+async fn records_table(
+    mut conn: Traced<redis::aio::MultiplexedConnection>,
+    keys: &[(String, String)],
+) -> Result<Table, ScenarioError> {
     let mut rows = Vec::new();
-    for key in keys {
-        let shown = shown_key(ctx, &record_key(ctx, key));
-        let row = match read_record(ctx, key).await? {
-            None => vec![shown, "(none)".into(), "".into(), "".into(), "".into()],
+    for (redis_key, shown) in keys {
+        let row = match read_record_at(&mut conn, redis_key).await? {
+            None => vec![
+                shown.clone(),
+                "(none)".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+            ],
             Some(found) => {
                 let result: Value =
                     serde_json::from_str(found.record.result.get()).unwrap_or(Value::Null);
                 vec![
-                    shown,
+                    shown.clone(),
                     match found.record.status {
                         idem::Status::Pending => "pending",
                         idem::Status::Completed => "completed",
@@ -356,12 +392,11 @@ pub async fn show_records(ctx: &Ctx, keys: &[&str]) -> Result<(), ScenarioError>
         };
         rows.push(row);
     }
-    ctx.narrator.state(Table {
+    Ok(Table {
         title: Msg::new("table.redis_records"),
         columns: ["key", "status", "fingerprint", "result", "ttl"]
             .map(String::from)
             .to_vec(),
         rows,
-    });
-    Ok(())
+    })
 }

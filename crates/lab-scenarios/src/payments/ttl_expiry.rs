@@ -139,6 +139,8 @@ async fn ttl_rounding(ctx: &Ctx) -> Result<(), ScenarioError> {
     let coordinator = coordinator(ctx, Policy::compatible())?;
     let mut conn = redis(ctx)?;
     let mut rows = Vec::new();
+    // Each key with its Redis key and the TTL it was stored with, to read its PTTL again.
+    let mut keys = Vec::new();
     for ttl in TTLS {
         let key = format!("ttl-{ttl}");
         coordinator
@@ -155,19 +157,48 @@ async fn ttl_rounding(ctx: &Ctx) -> Result<(), ScenarioError> {
             .await?;
         let observed = pttl_secs(pttl);
         n.fact(&format!("ttl_{ttl}_observed"), observed);
-        rows.push(vec![
-            shown_key(ctx, &redis_key),
-            ttl.to_string(),
-            format!("{observed} s"),
-        ]);
+        let shown = shown_key(ctx, &redis_key);
+        rows.push(ttl_row(&shown, ttl, observed));
+        keys.push((redis_key, shown, ttl));
     }
-    n.state(Table {
+    // In step mode, `s` reads the PTTLs again: the class sees them go down.
+    let again = lab_core::narrator::reread(move || {
+        let (conn, keys) = (conn.clone(), keys.clone());
+        async move { ttls_table(conn, &keys).await.ok() }
+    });
+    n.state_view(ttls_of(rows), again);
+    n.note("note.ttl");
+    Ok(())
+}
+
+/// The TTL demo's keys as Redis has them now: each key, the TTL it was stored with, its PTTL.
+async fn ttls_table(
+    mut conn: lab_core::trace::Traced<redis::aio::MultiplexedConnection>,
+    keys: &[(String, String, u64)],
+) -> Result<Table, ScenarioError> {
+    let mut rows = Vec::new();
+    for (redis_key, shown, ttl) in keys {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(redis_key)
+            .query_async(&mut conn)
+            .await?;
+        rows.push(ttl_row(shown, *ttl, pttl_secs(pttl)));
+    }
+    Ok(ttls_of(rows))
+}
+
+/// A row of the TTL table: the key, the TTL it was stored with, its PTTL in whole seconds.
+fn ttl_row(shown: &str, ttl: u64, observed: i64) -> Vec<String> {
+    vec![shown.to_string(), ttl.to_string(), format!("{observed} s")]
+}
+
+/// The TTL table.
+fn ttls_of(rows: Vec<Vec<String>>) -> Table {
+    Table {
         title: Msg::new("table.ttls"),
         columns: ["key", "ttl_seconds", "pttl"].map(String::from).to_vec(),
         rows,
-    });
-    n.note("note.ttl");
-    Ok(())
+    }
 }
 
 /// (c) A holder that crashes inside the action: its reservation stays until the lease lapses.

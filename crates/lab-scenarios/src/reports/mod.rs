@@ -14,7 +14,8 @@ include!(concat!(env!("OUT_DIR"), "/modules_reports.rs"));
 
 use std::time::Duration;
 
-use lab_core::{Msg, Outcome, Table, narrator::CallView};
+use lab_core::narrator::{CallView, reread};
+use lab_core::{Msg, Outcome, Table};
 use lab_services::reports::{self, ReportCreated};
 
 use crate::scenario::Lesson;
@@ -211,32 +212,60 @@ pub async fn claim(ctx: &Ctx) -> Result<i32, ScenarioError> {
         .ok_or_else(|| ScenarioError::Broken(format!("task {TASK_ID} could not be claimed")))
 }
 
-/// Shows task 42 as it is in the database now.
+/// Shows task 42 as it is in the database now. In step mode, `s` reads it again.
 #[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn show_task(ctx: &Ctx) -> Result<tasks::TaskRow, ScenarioError> {
-    let row = tasks::task(ctx.pg()?, TASK_ID).await?;
-    ctx.narrator.state(task_table(&row));
+    let pool = ctx.pg()?.clone();
+    let row = tasks::task(&pool, TASK_ID).await?;
+    let again = reread(move || {
+        let pool = pool.clone();
+        async move { Some(task_table(&tasks::task(&pool, TASK_ID).await.ok()?)) }
+    });
+    ctx.narrator.state_view(task_table(&row), again);
     Ok(row)
 }
 
-/// Shows the report service's table as it is now; returns the rows.
+/// Shows the report service's table as it is now; returns the rows. In step mode, `s` reads
+/// it again.
 #[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn show_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, ScenarioError> {
-    let rows = reports::all_reports(ctx.pg()?).await?;
-    ctx.narrator.state(reports_table("table.reports", &rows));
+    let pool = ctx.pg()?.clone();
+    let rows = reports::all_reports(&pool).await?;
+    let again = reread(move || {
+        let pool = pool.clone();
+        async move {
+            let rows = reports::all_reports(&pool).await.ok()?;
+            Some(reports_table("table.reports", &rows))
+        }
+    });
+    ctx.narrator
+        .state_view(reports_table("table.reports", &rows), again);
     Ok(rows)
 }
 
-/// Shows the naive endpoint's table (no UNIQUE constraint) as it is now.
-#[tracing::instrument(name = "lab.backstage", skip_all)]
-pub async fn show_naive_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, ScenarioError> {
-    let rows: Vec<reports::ReportRow> = sqlx::query_as(
+/// The naive endpoint's table (no UNIQUE constraint).
+async fn naive_reports(pool: &sqlx::PgPool) -> Result<Vec<reports::ReportRow>, sqlx::Error> {
+    sqlx::query_as(
         "SELECT id, task_id, report_type, idempotency_key, payload_hash FROM naive_reports ORDER BY id",
     )
-    .fetch_all(ctx.pg()?)
-    .await?;
+    .fetch_all(pool)
+    .await
+}
+
+/// Shows the naive endpoint's table as it is now. In step mode, `s` reads it again.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
+pub async fn show_naive_reports(ctx: &Ctx) -> Result<Vec<reports::ReportRow>, ScenarioError> {
+    let pool = ctx.pg()?.clone();
+    let rows = naive_reports(&pool).await?;
+    let again = reread(move || {
+        let pool = pool.clone();
+        async move {
+            let rows = naive_reports(&pool).await.ok()?;
+            Some(reports_table("table.naive_reports", &rows))
+        }
+    });
     ctx.narrator
-        .state(reports_table("table.naive_reports", &rows));
+        .state_view(reports_table("table.naive_reports", &rows), again);
     Ok(rows)
 }
 
