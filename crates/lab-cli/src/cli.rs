@@ -115,6 +115,31 @@ Examples:
   lab serve --lang ru --log                 narrate in Russian, with the services' log lines
 Then, in another terminal: curl lines as `lab serve` prints them, and `lab proxy --help`.";
 
+const BENCH_EXAMPLES: &str = "\
+Examples:
+  lab bench coordinator                     idem against a bare Redis client, on a throwaway Redis
+  lab bench coordinator --format json       one JSON object per row, with ratio_to_raw
+  lab bench coordinator --python target/idem-py/bin/python
+                                            idempotency-kit 0.4.1's rows beside idem's
+  lab bench report-api --requests 5000 --keys 500 --concurrency 50
+  lab bench report-api --target http://127.0.0.1:8480
+                                            against a running `lab serve`";
+
+const BENCH_COORDINATOR_EXAMPLES: &str = "\
+Examples:
+  lab bench coordinator                     new keys and replays, both policies, 1 and 50 callers
+  lab bench coordinator --ops 20000 --concurrency 1,10,50
+  lab bench coordinator --redis-url redis://127.0.0.1:7000
+                                            any Redis; a cluster node makes it a cluster bench
+  lab bench coordinator --python target/idem-py/bin/python --format json";
+
+const BENCH_REPORT_API_EXAMPLES: &str = "\
+Examples:
+  lab bench report-api                      10000 requests over 1000 keys, 8 clients
+  lab bench report-api --requests 5000 --keys 500 --concurrency 50
+  lab bench report-api --target http://127.0.0.1:8480
+                                            a running `lab serve`: its reports are counted over HTTP";
+
 /// lab: see, on real PostgreSQL and Redis, why retries duplicate side effects and how
 /// idempotency stops it.
 #[derive(Debug, Parser)]
@@ -283,7 +308,7 @@ pub enum Command {
     Proxy(crate::commands::proxy::ProxyArgs),
     /// Measure: the idempotency coordinator against a bare Redis client doing the same round
     /// trips, or the report service against the same transaction run directly
-    #[command(subcommand)]
+    #[command(subcommand, after_help = BENCH_EXAMPLES)]
     Bench(BenchCommand),
 }
 
@@ -294,6 +319,7 @@ pub enum BenchCommand {
     /// policies), next to a bare Redis client sending the same round trips: the limit to
     /// approach. Uses a throwaway Redis, or --redis-url (a cluster too); touches only keys
     /// under its own prefix and deletes them afterwards
+    #[command(after_help = BENCH_COORDINATOR_EXAMPLES)]
     Coordinator {
         /// Calls per row (after a short warm-up that is not counted); the default takes about
         /// 5 s in a release build, 10 s in a debug one
@@ -310,6 +336,7 @@ pub enum BenchCommand {
     /// N requests over K idempotency keys at concurrency C against the report service (the
     /// embedded one, or --target), then check that exactly K reports exist; next to the same
     /// transaction run directly through sqlx
+    #[command(after_help = BENCH_REPORT_API_EXAMPLES)]
     ReportApi {
         /// Requests in all
         #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
