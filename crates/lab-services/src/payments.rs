@@ -21,7 +21,8 @@
 //! our reservation could not (its answer was lost, Redis was down, a record expired).
 //!
 //! `PUT /config` switches what the lab compares: the coordinator's policy (`compatible`, as
-//! idempotency-kit 0.4.1, or `hardened`), the 400 guard for invalid keys, and the lease.
+//! idempotency-kit 0.4.1, or `hardened`), the 400 guard for invalid keys, the lease, and how long
+//! the coordinator waits for one Redis command (`command_timeout_ms`).
 //!
 //! What the coordinator does is narrated as it happens (reserved, replayed, in flight, Redis
 //! down…): its events are collected during the call and told at the next point where the
@@ -63,6 +64,13 @@ pub const RESULT_TTL: Duration = Duration::from_secs(3600);
 
 /// The lesson's lease: longer than the worst charge, provider timeout included.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long the coordinator gives one Redis command before it decides without Redis (fails open
+/// or closed), unless `PUT /config` says otherwise. Generous on purpose: a healthy Redis on a
+/// loaded machine (a course CI running several labs at once) can take a few hundred
+/// milliseconds, and a spurious timeout would change a story that is not about outages. The
+/// lesson about the bound, `redis-down`, sets idem's own 250 ms (`command_timeout_ms`).
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long the provider may take to answer. Shorter than the lease, or a slow provider would
 /// outlive the reservation.
@@ -126,6 +134,8 @@ pub struct PaymentConfig {
     pub key_guard: bool,
     /// The reservation's lease, in milliseconds.
     pub lease_ms: u64,
+    /// How long the coordinator waits for one Redis command, in milliseconds.
+    pub command_timeout_ms: u64,
 }
 
 impl Default for PaymentConfig {
@@ -134,6 +144,7 @@ impl Default for PaymentConfig {
             policy: PolicyName::Compatible,
             key_guard: true,
             lease_ms: DEFAULT_LEASE.as_millis() as u64,
+            command_timeout_ms: DEFAULT_COMMAND_TIMEOUT.as_millis() as u64,
         }
     }
 }
@@ -145,6 +156,7 @@ struct ConfigChange {
     policy: Option<PolicyName>,
     key_guard: Option<bool>,
     lease_ms: Option<u64>,
+    command_timeout_ms: Option<u64>,
 }
 
 impl PaymentConfig {
@@ -156,6 +168,7 @@ impl PaymentConfig {
         };
         base.in_flight(InFlight::Raise)
             .lease(Duration::from_millis(self.lease_ms))
+            .command_timeout(Duration::from_millis(self.command_timeout_ms))
     }
 }
 
@@ -553,6 +566,15 @@ async fn set_config(
             "lease_ms must be from 1 to {longest} (the result's TTL)"
         )));
     }
+    // A bound longer than the client's patience would turn an outage into hanging calls.
+    const LONGEST_BOUND_MS: u64 = 10_000;
+    if let Some(bound) = change.command_timeout_ms
+        && !(1..=LONGEST_BOUND_MS).contains(&bound)
+    {
+        return Err(invalid(&format!(
+            "command_timeout_ms must be from 1 to {LONGEST_BOUND_MS}"
+        )));
+    }
     let mut config = service.config.lock();
     if let Some(policy) = change.policy {
         config.policy = policy;
@@ -562,6 +584,9 @@ async fn set_config(
     }
     if let Some(lease_ms) = change.lease_ms {
         config.lease_ms = lease_ms;
+    }
+    if let Some(bound) = change.command_timeout_ms {
+        config.command_timeout_ms = bound;
     }
     Ok(Json(*config))
 }

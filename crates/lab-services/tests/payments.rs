@@ -317,3 +317,48 @@ async fn a_lease_longer_than_the_result_is_kept_is_refused() {
     assert_eq!(paid, StatusCode::OK);
     f.finish().await;
 }
+
+/// The coordinator's bound on a Redis command is a switch: from 1 ms to the client's 10 s, shown
+/// by `GET /config`, and the default is generous (2 s; `redis-down` sets idem's 250 ms).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_redis_command_bound_is_a_switch_within_limits() {
+    let f = Fixture::new(None).await;
+    let config_url = format!("{}/config", f.payments.url());
+    let shown: Value = f
+        .http
+        .get(&config_url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["command_timeout_ms"], 2000, "{shown}");
+    for bound in [0u64, 10_001, u64::MAX] {
+        let response = f
+            .http
+            .put(&config_url)
+            .json(&json!({"command_timeout_ms": bound}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bound}: {body}");
+        assert_eq!(body["error"], "invalid_request");
+    }
+    f.configure(json!({"command_timeout_ms": 250})).await;
+    let shown: Value = f
+        .http
+        .get(&config_url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["command_timeout_ms"], 250, "{shown}");
+    let (paid, _, _) = f.pay(Some("B1"), payment(1990)).await;
+    assert_eq!(paid, StatusCode::OK);
+    f.finish().await;
+}

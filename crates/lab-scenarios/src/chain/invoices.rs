@@ -111,8 +111,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
         InvoiceWorker {
             name,
             queue,
-            coordinator: Coordinator::new(conn, Policy::compatible().in_flight(InFlight::Raise))
-                .with_prefix(key_prefix),
+            coordinator: Coordinator::new(
+                conn,
+                Policy::compatible()
+                    .in_flight(InFlight::Raise)
+                    // Generous, as the payment service's (no outage in this story).
+                    .command_timeout(lab_services::payments::DEFAULT_COMMAND_TIMEOUT),
+            )
+            .with_prefix(key_prefix),
             mailer_url,
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(0)

@@ -129,6 +129,8 @@ async fn wait_until_gone(ctx: &Ctx, key: &str) -> Result<(), ScenarioError> {
 /// A coordinator as the payment service builds it, for the parts that drive the coordinator
 /// directly: the same prefix, so both see the same records.
 fn coordinator(ctx: &Ctx, policy: Policy) -> Result<Coordinator<lab_core::trace::Traced<redis::aio::MultiplexedConnection>>, ScenarioError> {
+    // The service's generous bound: no outage in this story.
+    let policy = policy.command_timeout(payments::DEFAULT_COMMAND_TIMEOUT);
     Ok(Coordinator::new(redis(ctx)?, policy).with_prefix(payments::key_prefix(&ctx.space.prefix)))
 }
 
