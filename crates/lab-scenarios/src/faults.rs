@@ -272,19 +272,30 @@ impl Faults {
         if let Some(ledger) = &self.ledger {
             ledger.delete(&self.prefix).await;
         }
-        if let Some(embedded) = self.embedded.take() {
-            embedded.stop.cancel();
-            // Idle keep-alive connections are closed by the graceful shutdown; a request still
-            // in flight gets a moment, then is cut.
-            let mut api = embedded.api;
-            if tokio::time::timeout(std::time::Duration::from_secs(1), &mut api)
-                .await
-                .is_err()
-            {
-                api.abort();
-            }
-            // Dropping the last handle of the registry stops every proxy and its connections.
-            drop(embedded.proxies);
+        self.stop_api().await;
+        // Dropping the last handle of the registry stops every proxy and its connections.
+        drop(self.embedded.take());
+    }
+
+    /// Stops the embedded API server, and only it: the proxies keep carrying what is in flight.
+    /// A run calls it when its scenario is over (nobody configures faults any more) and before
+    /// it waits for its spawned work, which the API server, serving until it is stopped, would
+    /// otherwise be part of. Idempotent.
+    pub async fn stop_api(&mut self) {
+        let Some(embedded) = &mut self.embedded else {
+            return;
+        };
+        if embedded.api.is_finished() {
+            return;
+        }
+        embedded.stop.cancel();
+        // Idle keep-alive connections are closed by the graceful shutdown; a request still in
+        // flight gets a moment, then is cut.
+        if tokio::time::timeout(std::time::Duration::from_secs(1), &mut embedded.api)
+            .await
+            .is_err()
+        {
+            embedded.api.abort();
         }
     }
 }

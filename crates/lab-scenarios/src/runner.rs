@@ -184,8 +184,13 @@ async fn run_in_span(
         }
     };
 
-    let (space, faults, stage) = ctx.into_parts();
+    let (space, mut faults, stage) = ctx.into_parts();
     stage.stop().await;
+    // The fault API is one of the run's tasks and serves until stopped: stop it first, or the
+    // wait below would always last its whole grace. The proxies stay up for work in flight.
+    if let Some(faults) = &mut faults {
+        faults.stop_api().await;
+    }
     tasks.close();
     let _ = tokio::time::timeout(SPAWNED_WORK_GRACE, tasks.wait()).await;
     if let Some(faults) = faults {
