@@ -23,31 +23,36 @@ enum Out {
     Drained(SyncSender<()>),
 }
 
-static QUEUE: OnceLock<Sender<Out>> = OnceLock::new();
+static QUEUE: OnceLock<Option<Sender<Out>>> = OnceLock::new();
 
-/// The queue, with its writer thread started on first use.
-fn queue() -> &'static Sender<Out> {
-    QUEUE.get_or_init(|| {
-        let (send, receive) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("lab-stdout".into())
-            .spawn(move || write_out(receive))
-            .expect("a thread for stdout");
-        send
-    })
+/// The queue, with its writer thread started on first use; `None` when no thread can be
+/// started, and then stdout is written directly, as before the queue.
+fn queue() -> Option<&'static Sender<Out>> {
+    QUEUE
+        .get_or_init(|| {
+            let (send, receive) = mpsc::channel();
+            std::thread::Builder::new()
+                .name("lab-stdout".into())
+                .spawn(move || write_out(receive))
+                .ok()
+                .map(|_| send)
+        })
+        .as_ref()
 }
 
 /// The writer thread: writes each piece as it comes, flushing whenever the queue runs dry (so a
 /// line that is not finished yet still shows).
 fn write_out(receive: Receiver<Out>) {
-    let mut stdout = std::io::stdout().lock();
+    // Locked per piece, not for the thread's life: a direct `println!` elsewhere (there should
+    // be none: it would not keep its place in the queue's order) must not wait forever.
+    let stdout = std::io::stdout();
     // After a failed write (a closed pipe) the rest is dropped, but drains are still answered.
     let mut open = true;
     loop {
         let piece = match receive.try_recv() {
             Ok(piece) => piece,
             Err(TryRecvError::Empty) => {
-                open = open && stdout.flush().is_ok();
+                open = open && stdout.lock().flush().is_ok();
                 match receive.recv() {
                     Ok(piece) => piece,
                     Err(_) => break,
@@ -57,10 +62,10 @@ fn write_out(receive: Receiver<Out>) {
         };
         match piece {
             Out::Bytes(bytes) => {
-                open = open && stdout.write_all(&bytes).is_ok();
+                open = open && stdout.lock().write_all(&bytes).is_ok();
             }
             Out::Drained(done) => {
-                open = open && stdout.flush().is_ok();
+                open = open && stdout.lock().flush().is_ok();
                 let _ = done.send(());
             }
         }
@@ -73,9 +78,14 @@ pub struct QueuedStdout;
 
 impl Write for QueuedStdout {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // The writer thread lives as long as the process; a send cannot fail before exit.
-        let _ = queue().send(Out::Bytes(buf.to_vec()));
-        Ok(buf.len())
+        match queue() {
+            // The writer thread lives as long as the process; a send cannot fail before exit.
+            Some(queue) => {
+                let _ = queue.send(Out::Bytes(buf.to_vec()));
+                Ok(buf.len())
+            }
+            None => std::io::stdout().write(buf),
+        }
     }
 
     /// Waits for nothing: the writer flushes by itself whenever the queue runs dry. Use
@@ -88,8 +98,9 @@ impl Write for QueuedStdout {
 /// Waits until everything queued so far is on stdout (or dropped, if stdout is closed). Blocks
 /// for as long as the reader takes: call it only where waiting for the reader is right.
 pub fn drain() {
-    let Some(queue) = QUEUE.get() else {
-        // Nothing was ever queued.
+    let Some(Some(queue)) = QUEUE.get() else {
+        // Nothing was ever queued (or everything was written directly).
+        let _ = std::io::stdout().flush();
         return;
     };
     let (done, written) = mpsc::sync_channel(1);
