@@ -128,30 +128,43 @@ pub(crate) async fn drop_run(servers: &Servers, run: &str) -> Result<(), InfraEr
     }
     if let Some(server) = &servers.redis {
         let mut conn = server.conn.clone();
-        let pattern = format!("lab:{run}:*");
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(500)
-                .query_async(&mut conn)
-                .await?;
-            if !keys.is_empty() {
-                redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async::<()>(&mut conn)
-                    .await?;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        delete_under_prefix(&mut conn, &format!("lab:{run}:")).await?;
     }
     Ok(())
+}
+
+/// Deletes every key under `prefix` on the server `conn` talks to: `SCAN MATCH prefix*`, then
+/// `UNLINK` of each key found, one command per key (a cluster node refuses multi-key commands
+/// across slots, so the same loop serves each master of a cluster). Returns how many went.
+pub async fn delete_under_prefix<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    prefix: &str,
+) -> redis::RedisResult<u64> {
+    let pattern = format!("{prefix}*");
+    let mut deleted = 0;
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        if !keys.is_empty() {
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("UNLINK").arg(key);
+            }
+            let removed: Vec<u64> = pipe.query_async(conn).await?;
+            deleted += removed.iter().sum::<u64>();
+        }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
 }
 
 #[cfg(test)]

@@ -384,9 +384,8 @@ async fn cluster_masters(
     Ok(masters)
 }
 
-/// Deletes every key under `prefix`: `SCAN MATCH prefix*` on the server, or on every master of a
-/// cluster, and `UNLINK` of each key found (one key per command: a cluster refuses multi-key
-/// commands across slots). Returns how many keys were deleted.
+/// Deletes every key under `prefix` on the server, or on every master of a cluster. Returns how
+/// many keys were deleted.
 async fn delete_prefix(
     redis: &RedisServer,
     masters: &[String],
@@ -401,32 +400,9 @@ async fn delete_prefix(
             nodes.push(client.get_multiplexed_async_connection().await?);
         }
     }
-    let pattern = format!("{prefix}*");
     let mut deleted = 0;
     for mut conn in nodes {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            if !keys.is_empty() {
-                let mut pipe = redis::pipe();
-                for key in &keys {
-                    pipe.cmd("UNLINK").arg(key);
-                }
-                let removed: Vec<u64> = pipe.query_async(&mut conn).await?;
-                deleted += removed.iter().sum::<u64>();
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
-        }
+        deleted += lab_infra::space::delete_under_prefix(&mut conn, prefix).await?;
     }
     Ok(deleted)
 }
