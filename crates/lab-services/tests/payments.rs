@@ -122,6 +122,30 @@ impl Fixture {
         assert_eq!(response.status(), StatusCode::OK);
     }
 
+    /// `PUT /config` with `change`, expecting a refusal: the status and the JSON body.
+    async fn configure_refused(&self, change: Value) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .put(format!("{}/config", self.payments.url()))
+            .json(&change)
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.json().await.unwrap())
+    }
+
+    /// `GET /config`.
+    async fn config(&self) -> Value {
+        self.http
+            .get(format!("{}/config", self.payments.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     async fn finish(self) {
         self.payments.stop().await;
         self.provider.stop().await;
@@ -273,22 +297,10 @@ async fn malformed_requests_get_a_4xx_with_a_json_body_and_charge_nothing() {
         .await
         .unwrap();
     assert_eq!(not_json.status(), StatusCode::BAD_REQUEST);
-    let bad_config = f
-        .http
-        .put(format!("{}/config", f.payments.url()))
-        .json(&json!({"policy": "strict"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(bad_config.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let zero_lease = f
-        .http
-        .put(format!("{}/config", f.payments.url()))
-        .json(&json!({"lease_ms": 0}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(zero_lease.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let (bad_config, _) = f.configure_refused(json!({"policy": "strict"})).await;
+    assert_eq!(bad_config, StatusCode::UNPROCESSABLE_ENTITY);
+    let (zero_lease, _) = f.configure_refused(json!({"lease_ms": 0})).await;
+    assert_eq!(zero_lease, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(f.charges().await, 0);
     f.finish().await;
 }
@@ -299,15 +311,7 @@ async fn malformed_requests_get_a_4xx_with_a_json_body_and_charge_nothing() {
 async fn a_lease_longer_than_the_result_is_kept_is_refused() {
     let f = Fixture::new(None).await;
     for lease in [3_600_001u64, u64::MAX] {
-        let response = f
-            .http
-            .put(format!("{}/config", f.payments.url()))
-            .json(&json!({"lease_ms": lease}))
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap();
+        let (status, body) = f.configure_refused(json!({"lease_ms": lease})).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
         assert_eq!(body["error"], "invalid_request");
     }
@@ -323,40 +327,17 @@ async fn a_lease_longer_than_the_result_is_kept_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_redis_command_bound_is_a_switch_within_limits() {
     let f = Fixture::new(None).await;
-    let config_url = format!("{}/config", f.payments.url());
-    let shown: Value = f
-        .http
-        .get(&config_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let shown = f.config().await;
     assert_eq!(shown["command_timeout_ms"], 2000, "{shown}");
     for bound in [0u64, 10_001, u64::MAX] {
-        let response = f
-            .http
-            .put(&config_url)
-            .json(&json!({"command_timeout_ms": bound}))
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap();
+        let (status, body) = f
+            .configure_refused(json!({"command_timeout_ms": bound}))
+            .await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bound}: {body}");
         assert_eq!(body["error"], "invalid_request");
     }
     f.configure(json!({"command_timeout_ms": 250})).await;
-    let shown: Value = f
-        .http
-        .get(&config_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let shown = f.config().await;
     assert_eq!(shown["command_timeout_ms"], 250, "{shown}");
     let (paid, _, _) = f.pay(Some("B1"), payment(1990)).await;
     assert_eq!(paid, StatusCode::OK);
