@@ -13,30 +13,11 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
-use common::{assert_code, assert_nothing_left, interrupt, lab, shared_tempdir, stderr, stdout};
+use common::{
+    assert_code, assert_nothing_left, free_port_base, interrupt, lab, shared_tempdir, stderr,
+    stdout,
+};
 use serde_json::{Value, json};
-
-/// A port base whose ports look free right now (as `tests/serve.rs` picks one). They are
-/// released before `lab serve` binds them, so another process may take one in between:
-/// [`Serve::start`] retries with another base when that happens.
-fn free_base() -> u16 {
-    for _ in 0..100 {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
-        let Some(base) = port.checked_sub(4) else {
-            continue;
-        };
-        if base.checked_add(30).is_none() {
-            continue;
-        }
-        let free = (4..30).all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok());
-        if free {
-            return base;
-        }
-    }
-    panic!("no free port base found");
-}
 
 /// A running `lab serve`, stopped with Ctrl-C when dropped, so that a failed assertion does not
 /// leave it (and its throwaway PostgreSQL and Redis) running.
@@ -52,7 +33,7 @@ impl Serve {
     fn start() -> Serve {
         let tmp = shared_tempdir();
         for _ in 0..5 {
-            let base = free_base();
+            let base = free_port_base();
             let mut child = lab(&["serve", "--port-base", &base.to_string(), "--lang", "en"])
                 .env("TMPDIR", tmp.path())
                 .stdin(Stdio::null())

@@ -7,38 +7,16 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{assert_code, assert_nothing_left, interrupt, lab, shared_tempdir, stderr};
+use common::{
+    assert_code, assert_nothing_left, free_port_base, interrupt, lab, shared_tempdir, stderr,
+};
 use serde_json::{Value, json};
-
-/// A port base whose ports look free right now. They are released before `lab serve` binds
-/// them, so another process may take one in between: [`start_serve`] retries with another base
-/// when that happens.
-fn free_base() -> u16 {
-    for _ in 0..100 {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
-        let Some(base) = port.checked_sub(4) else {
-            continue;
-        };
-        if base.checked_add(30).is_none() {
-            continue;
-        }
-        let free = [4, 10, 20]
-            .iter()
-            .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok());
-        if free {
-            return base;
-        }
-    }
-    panic!("no free port base found");
-}
 
 /// Starts `lab serve` and reads its banner (up to "Try:"); on a port taken in the meantime (exit
 /// 3 before the banner), tries another base. Returns the child, its base and the banner.
 fn start_serve(tmp: &std::path::Path) -> (std::process::Child, u16, String) {
     for _ in 0..5 {
-        let base = free_base();
+        let base = free_port_base();
         let mut child = lab(&["serve", "--port-base", &base.to_string(), "--lang", "en"])
             .env("TMPDIR", tmp)
             .stdin(Stdio::null())
@@ -163,7 +141,7 @@ async fn serves_the_report_service_behind_a_proxy_until_ctrl_c() {
 
 #[test]
 fn a_taken_port_is_a_clear_environment_error() {
-    let base = free_base();
+    let base = free_port_base();
     let _taken = std::net::TcpListener::bind(("127.0.0.1", base + 4)).unwrap();
     let out = lab(&["serve", "--port-base", &base.to_string()])
         .stdin(Stdio::null())

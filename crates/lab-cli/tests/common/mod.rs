@@ -184,3 +184,25 @@ pub fn signal(child: &std::process::Child, signal: nix::sys::signal::Signal) {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::kill(pid, signal);
 }
+
+/// A port base for `lab serve` whose ports (base+4 to base+29) look free right now. They are
+/// released before `lab serve` binds them, so another process may take one in between: the
+/// tests that start `lab serve` retry with another base when that happens.
+pub fn free_port_base() -> u16 {
+    for _ in 0..100 {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let Some(base) = port.checked_sub(4) else {
+            continue;
+        };
+        if base.checked_add(30).is_none() {
+            continue;
+        }
+        let free = (4..30).all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok());
+        if free {
+            return base;
+        }
+    }
+    panic!("no free port base found");
+}
