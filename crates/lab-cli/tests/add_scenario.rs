@@ -138,6 +138,18 @@ fn the_documented_steps_add_a_scenario() {
     // 2. Its module, as the documentation prints it: it runs, and is drift until blessed.
     let module = copy.root.join("crates/lab-scenarios/src/reports/hello.rs");
     std::fs::write(&module, module_from_docs()).unwrap();
+    // Written but not declared: left out, with a warning that says what to add.
+    let built = copy.build();
+    assert!(
+        stderr(&built).contains("add `pub mod hello;` to src/reports/mod.rs"),
+        "{}",
+        stderr(&built)
+    );
+    let topic = copy.root.join("crates/lab-scenarios/src/reports/mod.rs");
+    let declared = std::fs::read_to_string(&topic)
+        .unwrap()
+        .replace("pub mod lease_stale;\n", "pub mod lease_stale;\npub mod hello;\n");
+    std::fs::write(&topic, declared).unwrap();
     copy.build();
     let run = copy.lab(&["run", "hello", "--lang", "en"], tmp.path());
     assert_code(&run, 1);
@@ -156,12 +168,13 @@ fn the_documented_steps_add_a_scenario() {
     let list = copy.lab(&["list", "--lang", "en"], tmp.path());
     assert!(stdout(&list).contains("hello "), "{}", stdout(&list));
 
-    // Nothing outside its module and its folder changed.
+    // Nothing outside its module, its declaration and its folder changed.
     let changed = copy.changed_files();
     assert_eq!(
         changed,
         [
             "crates/lab-scenarios/src/reports/hello.rs",
+            "crates/lab-scenarios/src/reports/mod.rs",
             "scenarios/hello/en.toml",
             "scenarios/hello/expected.en.txt",
             "scenarios/hello/expected.json",

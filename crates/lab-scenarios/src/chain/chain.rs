@@ -21,7 +21,9 @@ use serde_json::json;
 
 use super::show_requests;
 use crate::payments::{AMOUNT, CURRENCY, Paid, client, payment, provider_charges, show_charges};
-use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{
+    Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
+};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 1,
@@ -82,7 +84,9 @@ async fn checkout(ctx: &Ctx, key: &str) -> Result<Paid, ScenarioError> {
             lab_core::Outcome::Fail
         },
         status: Some(status),
-        charge: ok.then(|| serde_json::from_value(body.clone()).ok()).flatten(),
+        charge: ok
+            .then(|| serde_json::from_value(body.clone()).ok())
+            .flatten(),
         replayed,
         retry_after: None,
         error: body["error"].as_str().map(str::to_string),
@@ -92,7 +96,9 @@ async fn checkout(ctx: &Ctx, key: &str) -> Result<Paid, ScenarioError> {
 }
 
 async fn fired(fault: &ArmedFault) -> bool {
-    tokio::time::timeout(FIRE_LIMIT, fault.fired()).await.is_ok()
+    tokio::time::timeout(FIRE_LIMIT, fault.fired())
+        .await
+        .is_ok()
 }
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
@@ -136,7 +142,9 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.step(Msg::new("step.mint").arg("key", "C2")).await?;
     checkout(ctx, "C2").await?;
     if !fired(&lost).await {
-        return Err(ScenarioError::Broken("the payment service's answer was not lost".into()));
+        return Err(ScenarioError::Broken(
+            "the payment service's answer was not lost".into(),
+        ));
     }
     let after = show_charges(ctx).await?.len();
     n.fact("new_key_per_hop_charges", after - before);

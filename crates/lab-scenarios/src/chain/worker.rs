@@ -34,7 +34,9 @@ use super::invoices::{BEFORE_ACK, Entries, Handled, InvoiceWorker, SENDING};
 use super::queue::{InvoiceJob, Queue, VISIBILITY_TIMEOUT};
 use crate::payments::{ORDER, TENANT, client, redis};
 use crate::scenario::REDIS_HOP;
-use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{
+    Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
+};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 2,
@@ -132,10 +134,18 @@ async fn show_pending(ctx: &Ctx, s: &Setup) -> Result<Vec<super::queue::Pending>
 fn pending_table(pending: &[super::queue::Pending], entries: &Entries) -> Table {
     Table {
         title: Msg::new("table.pending"),
-        columns: ["entry", "consumer", "deliveries"].map(String::from).to_vec(),
+        columns: ["entry", "consumer", "deliveries"]
+            .map(String::from)
+            .to_vec(),
         rows: pending
             .iter()
-            .map(|p| vec![entries.number(&p.entry), p.consumer.clone(), p.count.to_string()])
+            .map(|p| {
+                vec![
+                    entries.number(&p.entry),
+                    p.consumer.clone(),
+                    p.count.to_string(),
+                ]
+            })
             .collect(),
     }
 }
@@ -275,7 +285,9 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.fact(
         "in_progress_not_acked",
         b_meets == Some(Handled::InProgress)
-            && pending.iter().any(|p| p.entry == duplicate && p.consumer == "b"),
+            && pending
+                .iter()
+                .any(|p| p.entry == duplicate && p.consumer == "b"),
     );
     n.step("step.a_finishes").await?;
     send_goes_on.notify_one();
@@ -322,11 +334,17 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 fn show_dead_letters(ctx: &Ctx, dead: &[(InvoiceJob, String)]) {
     ctx.narrator.state(Table {
         title: Msg::new("table.dead_letters"),
-        columns: ["invoice_version", "email", "reason"].map(String::from).to_vec(),
+        columns: ["invoice_version", "email", "reason"]
+            .map(String::from)
+            .to_vec(),
         rows: dead
             .iter()
             .map(|(job, reason)| {
-                vec![job.invoice_version.to_string(), job.email.clone(), reason.clone()]
+                vec![
+                    job.invoice_version.to_string(),
+                    job.email.clone(),
+                    reason.clone(),
+                ]
             })
             .collect(),
     });

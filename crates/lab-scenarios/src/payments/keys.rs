@@ -31,7 +31,9 @@ use super::{
     AMOUNT, client, configure_payments, patient_client, pay, pay_msg, payment_service,
     provider_charges, provider_key, send_pay, show_charges, show_records,
 };
-use crate::{Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{
+    Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
+};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 1,
@@ -62,7 +64,10 @@ const HOLD_LIMIT: Duration = Duration::from_secs(10);
 fn invalid_keys() -> [(String, Msg); 3] {
     [
         (String::new(), Msg::new("key.empty")),
-        (COLON_KEY.to_string(), Msg::new("key.colon").arg("key", COLON_KEY)),
+        (
+            COLON_KEY.to_string(),
+            Msg::new("key.colon").arg("key", COLON_KEY),
+        ),
         ("k".repeat(256), Msg::new("key.long").arg("length", 256i64)),
     ]
 }

@@ -15,7 +15,6 @@
 //! Facts: `charges_fail_open` = 2, `charges_fail_open_provider_dedup` = 1,
 //! `charges_fail_closed` = 0, `fail_closed_status` = 503, and `every_call_answered` = true.
 
-
 use lab_core::Msg;
 use lab_services::payments;
 use serde_json::json;
@@ -25,7 +24,9 @@ use super::{
     show_charges, show_records,
 };
 use crate::scenario::REDIS_HOP;
-use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{
+    Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
+};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 3,
@@ -77,7 +78,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     show_charges(ctx).await?;
     let fail_open = provider_charges(ctx, Some(&provider_key(K1))).await?.len();
     n.fact("charges_fail_open", fail_open);
-    n.reveal(Msg::new("reveal").arg("charges", fail_open)).await?;
+    n.reveal(Msg::new("reveal").arg("charges", fail_open))
+        .await?;
 
     provider_dedup(ctx, true).await?;
     n.step(Msg::new("step.dedup").arg("key", K2)).await?;

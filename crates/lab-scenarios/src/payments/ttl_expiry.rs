@@ -15,9 +15,9 @@
 //! `ttl_30_observed` = 60, `crashed_holder_status` = 409, `charges_after_lease_expiry` = 2,
 //! `charges_hardened` = 1.
 
-use tracing::Instrument as _;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use idem::{Coordinator, InFlight, Policy, Request};
 use lab_core::{Msg, Table};
@@ -31,7 +31,9 @@ use super::{
     pay_msg, payment_service, provider_charges, provider_key, pttl_secs, record_key, redis,
     send_pay, show_charges, show_records, shown_key,
 };
-use crate::{Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{
+    Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
+};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 4,
@@ -83,7 +85,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     configure_payments(ctx, json!({"lease_ms": short_lease.as_millis() as u64})).await?;
     let compatible = slow_first(ctx, "K4", false, short_lease).await?;
     n.fact("charges_after_lease_expiry", compatible);
-    n.reveal(Msg::new("reveal").arg("charges", compatible)).await?;
+    n.reveal(Msg::new("reveal").arg("charges", compatible))
+        .await?;
 
     configure_payments(ctx, json!({"policy": "hardened"})).await?;
     n.step("step.hardened").await?;
@@ -128,7 +131,11 @@ async fn wait_until_gone(ctx: &Ctx, key: &str) -> Result<(), ScenarioError> {
 
 /// A coordinator as the payment service builds it, for the parts that drive the coordinator
 /// directly: the same prefix, so both see the same records.
-fn coordinator(ctx: &Ctx, policy: Policy) -> Result<Coordinator<lab_core::trace::Traced<redis::aio::MultiplexedConnection>>, ScenarioError> {
+fn coordinator(
+    ctx: &Ctx,
+    policy: Policy,
+) -> Result<Coordinator<lab_core::trace::Traced<redis::aio::MultiplexedConnection>>, ScenarioError>
+{
     // The service's generous bound: no outage in this story.
     let policy = policy.command_timeout(payments::DEFAULT_COMMAND_TIMEOUT);
     Ok(Coordinator::new(redis(ctx)?, policy).with_prefix(payments::key_prefix(&ctx.space.prefix)))
@@ -215,7 +222,8 @@ async fn crashed_holder(ctx: &Ctx) -> Result<(), ScenarioError> {
     let holder = tokio::spawn({
         let inside = inside.clone();
         async move {
-            let request = Request::new(&operation, K3, payments::RESULT_TTL).fingerprint(&fingerprint);
+            let request =
+                Request::new(&operation, K3, payments::RESULT_TTL).fingerprint(&fingerprint);
             let _ = coordinator
                 .coordinate(request, |_| async move {
                     inside.notify_one();
@@ -235,7 +243,8 @@ async fn crashed_holder(ctx: &Ctx) -> Result<(), ScenarioError> {
     n.step(Msg::new("step.crash").arg("key", K3)).await?;
     show_records(ctx, &[K3]).await?;
 
-    n.step(Msg::new("step.retry_crashed").arg("key", K3)).await?;
+    n.step(Msg::new("step.retry_crashed").arg("key", K3))
+        .await?;
     let refused = pay(ctx, K3, AMOUNT).await?;
     n.fact("crashed_holder_status", refused.status.unwrap_or_default());
 
@@ -269,8 +278,12 @@ async fn slow_first(
         })
     });
 
-    n.step(Msg::new("step.slow_first").arg("key", key).arg("lease", lease.as_millis() as i64))
-        .await?;
+    n.step(
+        Msg::new("step.slow_first")
+            .arg("key", key)
+            .arg("lease", lease.as_millis() as i64),
+    )
+    .await?;
     n.call("who.first", payments::NAME, pay_msg("first", key, AMOUNT));
     let first_client = patient_client()?;
     let first = send_pay(&first_client, service, key, AMOUNT);

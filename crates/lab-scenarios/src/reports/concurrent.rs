@@ -27,8 +27,8 @@ use sqlx::PgPool;
 use tokio::sync::{Barrier, Notify};
 
 use super::{
-    PostResult, REPORT_TYPE, STABLE_KEY, count_reports, post_report, request_msg,
-    send_post, show_naive_reports, show_reports, report_service, worker_client,
+    PostResult, REPORT_TYPE, STABLE_KEY, count_reports, post_report, report_service, request_msg,
+    send_post, show_naive_reports, show_reports, worker_client,
 };
 use crate::stage::ServiceHandle;
 use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
@@ -128,12 +128,19 @@ fn choreograph_unique_race(ctx: &Ctx) -> Result<Arc<AtomicBool>, ScenarioError> 
 /// Sends the same POST from two clients at once (the checkpoints installed by the caller force
 /// the overlap inside the service), and narrates the two answers in status order: which client
 /// wins varies from run to run, what the two answers are does not.
-async fn race(ctx: &Ctx, api: &ServiceHandle, path: &str) -> Result<Vec<PostResult>, ScenarioError> {
+async fn race(
+    ctx: &Ctx,
+    api: &ServiceHandle,
+    path: &str,
+) -> Result<Vec<PostResult>, ScenarioError> {
     // Two clients, no connection reuse: two connections, two handler invocations.
     let (one, two) = (worker_client(None)?, worker_client(None)?);
     for who in ["one", "two"] {
-        ctx.narrator
-            .call(&format!("worker.{who}"), reports::NAME, request_msg(who, path, Some(STABLE_KEY), REPORT_TYPE));
+        ctx.narrator.call(
+            &format!("worker.{who}"),
+            reports::NAME,
+            request_msg(who, path, Some(STABLE_KEY), REPORT_TYPE),
+        );
     }
     let (a, b) = tokio::join!(
         send_post(&one, api, path, Some(STABLE_KEY), REPORT_TYPE),

@@ -18,8 +18,8 @@ use lab_core::Msg;
 use lab_services::reports;
 
 use super::{
-    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, crash_after_post, post_report, show_reports,
-    report_service, worker_client,
+    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, crash_after_post, post_report,
+    report_service, show_reports, worker_client,
 };
 use crate::{
     Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
@@ -55,8 +55,12 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         .ok_or_else(|| ScenarioError::Broken("worker A's POST created no report".into()))?
         .report_id;
 
-    n.predict(if key.is_some() { "predict_key" } else { "predict" })
-        .await?;
+    n.predict(if key.is_some() {
+        "predict_key"
+    } else {
+        "predict"
+    })
+    .await?;
     n.step(told("step.post_b")).await?;
     let client = worker_client(None)?;
     let second = post_report(ctx, &client, api, "b", key, REPORT_TYPE).await?;
@@ -80,10 +84,14 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         task.report_id == Some(second_id) && second_id != first_id,
     );
     n.reveal(
-        Msg::new(if key.is_some() { "reveal_key" } else { "reveal" })
-            .arg("reports", reports)
-            .arg("report_id", task.report_id.unwrap_or_default())
-            .arg("orphan", first_id),
+        Msg::new(if key.is_some() {
+            "reveal_key"
+        } else {
+            "reveal"
+        })
+        .arg("reports", reports)
+        .arg("report_id", task.report_id.unwrap_or_default())
+        .arg("orphan", first_id),
     )
     .await?;
     n.explain();

@@ -15,8 +15,8 @@ use lab_core::Msg;
 use lab_services::reports;
 
 use super::{
-    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, crash_after_post, post_report,
-    claim, reset_tables, show_reports, show_task, report_service, worker_client,
+    REPORT_TYPE, STABLE_KEY, TASK_ID, claim, complete, count_reports, crash_after_post,
+    post_report, report_service, reset_tables, show_reports, show_task, worker_client,
 };
 use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
 
@@ -101,7 +101,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         .await?;
     let retry = post_report(ctx, &client, api, "b", Some(&key_b), REPORT_TYPE).await?;
     if let Some(created) = retry.created {
-        super::tasks::complete_task(ctx.pg()?, TASK_ID, attempts_b, created.report_id, true).await?;
+        super::tasks::complete_task(ctx.pg()?, TASK_ID, attempts_b, created.report_id, true)
+            .await?;
     }
     show_reports(ctx).await?;
     let per_attempt_reports = count_reports(ctx).await?;

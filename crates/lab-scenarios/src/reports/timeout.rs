@@ -26,10 +26,12 @@ use tokio::sync::Notify;
 
 use super::{
     PostResult, REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, post_report,
-    request_msg, reset_tables,
-    seed_and_claim_a, send_post, show_reports, report_service, worker_client,
+    report_service, request_msg, reset_tables, seed_and_claim_a, send_post, show_reports,
+    worker_client,
 };
-use crate::{Ctx, FaultUse, Hop, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::{
+    Ctx, FaultUse, Hop, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
+};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 3,
