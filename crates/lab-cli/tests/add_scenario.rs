@@ -146,9 +146,10 @@ fn the_documented_steps_add_a_scenario() {
         stderr(&built)
     );
     let topic = copy.root.join("crates/lab-scenarios/src/reports/mod.rs");
-    let declared = std::fs::read_to_string(&topic)
-        .unwrap()
-        .replace("pub mod lease_stale;\n", "pub mod lease_stale;\npub mod hello;\n");
+    let declared = std::fs::read_to_string(&topic).unwrap().replace(
+        "pub mod lease_stale;\n",
+        "pub mod lease_stale;\npub mod hello;\n",
+    );
     std::fs::write(&topic, declared).unwrap();
     copy.build();
     let run = copy.lab(&["run", "hello", "--lang", "en"], tmp.path());

@@ -9,9 +9,9 @@ use sqlx::PgPool;
 
 use crate::catalogue::Entry;
 use crate::error::ScenarioError;
-use crate::faults::Faults;
 use crate::scenario::Knob;
-use crate::stage::{ServiceHandle, Stage};
+use lab_services::faults::Faults;
+use lab_services::stage::{ServiceHandle, Stage};
 
 /// What a scenario's script gets to work with.
 pub struct Ctx {

@@ -23,6 +23,8 @@ pub enum ScenarioError {
     Service(#[from] ServiceError),
     #[error("fault proxy: {0}")]
     Faults(#[from] faultproxy::client::ClientError),
+    #[error(transparent)]
+    Stage(#[from] lab_services::stage::StageError),
     /// The scenario used something its [`Requires`] does not declare: a bug in the scenario.
     #[error("scenario `{scenario}` uses {what} but does not declare it in its `requires`")]
     Undeclared {

@@ -14,8 +14,6 @@
 //!   module of the same name in a topic folder.
 //! - [`runner`]: one scenario run: space, fault plane, services, script, cleanup, summary.
 //! - [`ctx`]: the [`Ctx`] a script gets; [`error`]: why a scenario could not run to its end.
-//! - [`stage`]: starting the bundled services from their specs (shared with `lab serve`).
-//! - [`faults`]: the proxies on the hops a scenario breaks (embedded, or a real Toxiproxy).
 //! - [`soak`]: `lab soak chain`: the chain paid through again and again under seeded random
 //!   faults, "one charge per key" checked every time.
 //! - [`library`]: the files under `scenarios/` (texts, expected facts and narratives), read from
@@ -31,19 +29,18 @@ pub mod catalogue;
 pub mod chain;
 pub mod ctx;
 pub mod error;
-pub mod faults;
 pub mod library;
 pub mod payments;
 pub mod reports;
 pub mod runner;
 pub mod scenario;
 pub mod soak;
-pub mod stage;
 
 pub use catalogue::{CATALOGUE, Entry, find};
 pub use ctx::Ctx;
 pub use error::{ScenarioError, ScenarioResult};
-pub use faults::{Faults, ProxyLedger};
+pub use lab_services::faults::{Faults, ProxyLedger};
+pub use lab_services::stage::Hop;
 pub use library::Library;
 pub use runner::{KeptRun, RunConfig, RunReport, run};
-pub use scenario::{FaultUse, Hop, Knob, Lesson, Requires, Scenario, ScenarioFuture};
+pub use scenario::{FaultUse, Knob, Lesson, Requires, Scenario, ScenarioFuture};

@@ -21,10 +21,10 @@ use tracing::Instrument as _;
 use crate::catalogue::Entry;
 use crate::ctx::Ctx;
 use crate::error::ScenarioError;
-use crate::faults::{Faults, ProxyLedger};
 use crate::library::Library;
 use crate::scenario::FaultUse;
-use crate::stage::{self, Ports, Stage, StageConfig};
+use lab_services::faults::{Faults, ProxyLedger};
+use lab_services::stage::{self, Ports, Stage, StageConfig};
 
 /// How long the work a run's services spawned (a commit nobody waits for any more) may take to
 /// finish once the script has ended.
@@ -176,7 +176,7 @@ async fn run_in_span(
                 faults.release().await;
             }
             let _ = backstage(space.release(servers, config.keep)).await;
-            return Err(e);
+            return Err(e.into());
         }
         Err(e) => {
             let _ = backstage(space.release(servers, config.keep)).await;

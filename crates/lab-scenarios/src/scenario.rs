@@ -6,6 +6,7 @@ use std::pin::Pin;
 
 use lab_infra::Needs;
 use lab_services::ServiceSpec;
+use lab_services::stage::Hop;
 
 use crate::ctx::Ctx;
 use crate::error::ScenarioResult;
@@ -23,30 +24,6 @@ pub struct Lesson {
     /// The tables of the lesson's own side (SQL run in each run's schema); empty for none.
     pub schema: &'static str,
 }
-
-/// A link the fault proxy sits on, so a scenario can break it.
-#[derive(Debug, Clone, Copy)]
-pub enum Hop {
-    /// Everyone who calls this service (a worker, another service) goes through a proxy named
-    /// after it.
-    Service(&'static ServiceSpec),
-    /// The services' connections to Redis go through a proxy named `redis`; the lab itself (and
-    /// everyone else) still reaches the real Redis directly.
-    Redis,
-}
-
-impl Hop {
-    /// The proxy's name (prefixed with the run's name in a run).
-    pub fn name(self) -> &'static str {
-        match self {
-            Hop::Service(spec) => spec.name,
-            Hop::Redis => REDIS_HOP,
-        }
-    }
-}
-
-/// The name of the proxy in front of Redis.
-pub const REDIS_HOP: &str = "redis";
 
 /// Which hops a scenario breaks, and how.
 #[derive(Debug, Clone, Copy)]

@@ -35,9 +35,9 @@ use serde_json::{Value, json};
 use tokio_util::task::TaskTracker;
 
 use crate::ScenarioError;
-use crate::faults::Faults;
-use crate::scenario::Hop;
-use crate::stage::{Ports, Stage, StageConfig};
+use lab_services::faults::Faults;
+use lab_services::stage::Hop;
+use lab_services::stage::{Ports, Stage, StageConfig};
 
 /// The hops a fault may be placed on, in the order of the chain.
 const HOPS: [&lab_services::ServiceSpec; 4] = [
@@ -205,7 +205,7 @@ async fn run_on(
         Ok(stage) => stage,
         Err(e) => {
             faults.release().await;
-            return Err(e);
+            return Err(e.into());
         }
     };
     let paid = pay_under_faults(&stage, &faults, seed, protections).await;

@@ -7,13 +7,13 @@
 use lab_infra::Needs;
 
 use crate::orders;
-use crate::relay::{Hop, Relay};
+use crate::relay::{Relay, RelayRoute};
 use crate::spec::ServiceSpec;
 
 /// The service's name: in narration, and the name of its fault-proxy hop.
 pub const NAME: &str = "gateway";
 
-const HOP: Hop = Hop {
+const PLACE: RelayRoute = RelayRoute {
     name: NAME,
     route: "/checkout",
     next: orders::NAME,
@@ -34,5 +34,5 @@ pub static SPEC: ServiceSpec = ServiceSpec {
     demo: r#"  # a payment through the whole chain: gateway → orders → payments → provider
   curl -i -X POST {url}/checkout -H 'Content-Type: application/json' -H 'Idempotency-Key: C1' \
        -d '{"tenant_id":"6f1c2d3e-4a5b-4c6d-8e7f-0a1b2c3d4e5f","order_id":"0b7e4c1a-2d3f-4e5a-9b6c-7d8e9f0a1b2c","amount":1990,"currency":"RUB"}'"#,
-    router: |env| Ok(Relay::from_env(HOP, env)?.router()),
+    router: |env| Ok(Relay::from_env(PLACE, env)?.router()),
 };

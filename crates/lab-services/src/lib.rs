@@ -23,9 +23,13 @@
 //! - [`mailer`]: the mock mailer of the worker lesson (every request is a new email).
 //! - [`api`]: the JSON error type and body extractor every service shares, so a malformed
 //!   request gets a 4xx with a JSON body, never a 500.
+//! - [`stage`]: starting a list of services from their specs, callees first, each behind a
+//!   fault-proxy hop when the run breaks that link (a scenario run and `lab serve` alike), and
+//!   [`faults`]: the proxies of those hops (the embedded `faultproxy`, or a real Toxiproxy).
 //! - [`ALL`]: every bundled service, in the order `lab serve` gives them ports.
 
 pub mod api;
+pub mod faults;
 pub mod gateway;
 pub mod http;
 pub mod mailer;
@@ -36,6 +40,7 @@ pub mod relay;
 pub mod reports;
 pub mod retry;
 pub mod spec;
+pub mod stage;
 
 pub use spec::{
     Checkpoint, Observer, RunningService, ServiceEnv, ServiceError, ServiceSpec, Voice, launch,

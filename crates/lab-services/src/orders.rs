@@ -8,13 +8,13 @@
 use lab_infra::Needs;
 
 use crate::payments;
-use crate::relay::{Hop, Relay};
+use crate::relay::{Relay, RelayRoute};
 use crate::spec::ServiceSpec;
 
 /// The service's name: in narration, and the name of its fault-proxy hop.
 pub const NAME: &str = "orders";
 
-const HOP: Hop = Hop {
+const PLACE: RelayRoute = RelayRoute {
     name: NAME,
     route: "/orders/pay",
     next: payments::NAME,
@@ -34,5 +34,5 @@ pub static SPEC: ServiceSpec = ServiceSpec {
     checkpoints: &[],
     demo: r#"  # the orders service relays a payment to the payment service, key unchanged
   curl -s {direct}/stats"#,
-    router: |env| Ok(Relay::from_env(HOP, env)?.router()),
+    router: |env| Ok(Relay::from_env(PLACE, env)?.router()),
 };

@@ -38,7 +38,7 @@ use crate::spec::{ServiceEnv, ServiceError, Voice};
 
 /// Where a relay sits: its own name and route, and what it calls.
 #[derive(Debug, Clone, Copy)]
-pub struct Hop {
+pub struct RelayRoute {
     /// The relay's service name (narration, its fault-proxy hop).
     pub name: &'static str,
     /// The route it serves, e.g. `/checkout`.
@@ -57,14 +57,14 @@ const KEPT_HEADERS: [HeaderName; 2] = [
 /// A relay's state.
 #[derive(Clone)]
 pub struct Relay {
-    hop: Hop,
+    place: RelayRoute,
     next_url: String,
     http: reqwest::Client,
     policy: RetryPolicy,
     jitter: Arc<Jitter>,
     /// The broken design: a new key for every attempt.
     mint_keys: Arc<AtomicBool>,
-    /// Requests received on `hop.route`.
+    /// Requests received on `place.route`.
     requests: Arc<AtomicU64>,
     voice: Voice,
 }
@@ -77,21 +77,21 @@ pub struct RelayConfig {
 }
 
 impl Relay {
-    pub fn from_env(hop: Hop, env: ServiceEnv) -> Result<Relay, ServiceError> {
+    pub fn from_env(place: RelayRoute, env: ServiceEnv) -> Result<Relay, ServiceError> {
         Ok(Relay {
-            hop,
-            next_url: env.peer(hop.name, hop.next)?,
+            place,
+            next_url: env.peer(place.name, place.next)?,
             // One connection per call, so a fault on the next hop breaks exactly one call, and a
             // dropped connection is never reused.
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(0)
                 .build()
                 .map_err(|e| ServiceError::Io {
-                    service: hop.name,
+                    service: place.name,
                     source: std::io::Error::other(e),
                 })?,
             policy: RetryPolicy::default(),
-            jitter: Arc::new(Jitter::from_name(hop.name)),
+            jitter: Arc::new(Jitter::from_name(place.name)),
             mint_keys: Arc::default(),
             requests: Arc::default(),
             voice: env.voice,
@@ -100,7 +100,7 @@ impl Relay {
 
     pub fn router(self) -> Router {
         Router::new()
-            .route(self.hop.route, post(relay_payment))
+            .route(self.place.route, post(relay_payment))
             .route("/stats", get(stats))
             .route("/config", put(set_config).get(get_config))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
@@ -110,13 +110,13 @@ impl Relay {
     }
 
     async fn tell(&self, msg: Msg) {
-        self.voice.tell(self.hop.name, msg).await;
+        self.voice.tell(self.place.name, msg).await;
     }
 
     /// The key for attempt `attempt`: the client's, or (broken) a new one each time.
     fn key_for(&self, client_key: &str, attempt: u32) -> String {
         if self.mint_keys.load(Ordering::SeqCst) {
-            format!("{client_key}.{}-{attempt}", self.hop.name)
+            format!("{client_key}.{}-{attempt}", self.place.name)
         } else {
             client_key.to_string()
         }
@@ -160,7 +160,7 @@ async fn attempt(
 ) -> Result<Answer, Retryable> {
     let sent = relay
         .http
-        .post(format!("{}{}", relay.next_url, relay.hop.next_route))
+        .post(format!("{}{}", relay.next_url, relay.place.next_route))
         .header("Idempotency-Key", key)
         .json(body)
         .timeout(timeout)
@@ -189,7 +189,7 @@ async fn attempt(
 }
 
 /// Takes a payment and relays it down the chain, retrying within the policy.
-#[tracing::instrument(skip_all, fields(relay = relay.hop.name, client_key))]
+#[tracing::instrument(skip_all, fields(relay = relay.place.name, client_key))]
 async fn relay_payment(
     State(relay): State<Relay>,
     headers: HeaderMap,
@@ -209,7 +209,7 @@ async fn relay_payment(
     tracing::Span::current().record("client_key", client_key.as_str());
     let policy = relay.policy;
     let started = Instant::now();
-    let next = relay.hop.next;
+    let next = relay.place.next;
     for n in 1..=policy.attempts {
         let left = policy.deadline.saturating_sub(started.elapsed());
         if left.is_zero() {

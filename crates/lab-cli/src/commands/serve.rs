@@ -11,7 +11,7 @@
 //! | base + 20 + i   | the service, direct (the proxy's upstream)        |
 //!
 //! `--port-base` moves all of them. The services are started from their specs exactly as a
-//! scenario run starts them (`lab_scenarios::stage`); they narrate what they do, in the chosen
+//! scenario run starts them (`lab_services::stage`); they narrate what they do, in the chosen
 //! language, as requests arrive (and pause there with `--step`). Ctrl-C stops everything and
 //! removes the session's schema and the throwaway servers.
 
@@ -19,8 +19,9 @@ use std::collections::BTreeMap;
 
 use lab_core::Checkpoints;
 use lab_infra::{Needs, Origin, RunSpace, Servers};
-use lab_scenarios::stage::{self, Ports, Stage, StageConfig};
-use lab_scenarios::{Faults, Hop};
+use lab_services::faults::Faults;
+use lab_services::stage::Hop;
+use lab_services::stage::{self, Ports, Stage, StageConfig};
 use lab_services::{ALL, ServiceSpec};
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;

@@ -33,10 +33,10 @@ use tokio::sync::Notify;
 use super::invoices::{BEFORE_ACK, Entries, Handled, InvoiceWorker, SENDING};
 use super::queue::{InvoiceJob, Queue, VISIBILITY_TIMEOUT};
 use crate::payments::{ORDER, TENANT, client, redis};
-use crate::scenario::REDIS_HOP;
 use crate::{
     Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
 };
+use lab_services::stage::REDIS_HOP;
 
 pub const SCENARIO: Scenario = Scenario {
     order: 2,

@@ -24,8 +24,8 @@ use lab_services::provider::{self, Charge};
 use serde_json::{Value, json};
 
 use crate::scenario::Lesson;
-use crate::stage::ServiceHandle;
 use crate::{Ctx, ScenarioError};
+use lab_services::stage::ServiceHandle;
 
 /// The lesson: everything it keeps is in Redis and at the provider, so no tables of its own.
 pub const LESSON: Lesson = Lesson {

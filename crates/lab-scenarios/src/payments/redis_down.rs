@@ -23,10 +23,10 @@ use super::{
     AMOUNT, configure_payments, pay, provider_charges, provider_dedup, provider_key, redis,
     show_charges, show_records,
 };
-use crate::scenario::REDIS_HOP;
 use crate::{
     Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
 };
+use lab_services::stage::REDIS_HOP;
 
 pub const SCENARIO: Scenario = Scenario {
     order: 3,

@@ -30,8 +30,8 @@ use super::{
     PostResult, REPORT_TYPE, STABLE_KEY, count_reports, post_report, report_service, request_msg,
     send_post, show_naive_reports, show_reports, worker_client,
 };
-use crate::stage::ServiceHandle;
 use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use lab_services::stage::ServiceHandle;
 
 pub const SCENARIO: Scenario = Scenario {
     order: 4,

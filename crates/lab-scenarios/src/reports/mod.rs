@@ -26,8 +26,8 @@ use lab_core::{Msg, Outcome, Table};
 use lab_services::reports::{self, ReportCreated};
 
 use crate::scenario::Lesson;
-use crate::stage::ServiceHandle;
 use crate::{Ctx, ScenarioError};
+use lab_services::stage::ServiceHandle;
 
 /// The lesson: the background-task side lives in our own `tasks` table.
 pub const LESSON: Lesson = Lesson {

@@ -69,7 +69,7 @@ const COMMIT_LIMIT: Duration = Duration::from_secs(10);
 /// depends on the machine's speed) what the client saw.
 async fn call_through_slow_hop(
     ctx: &Ctx,
-    api: &crate::stage::ServiceHandle,
+    api: &lab_services::stage::ServiceHandle,
     key: Option<&str>,
     client_timeout: Duration,
 ) -> Result<PostResult, ScenarioError> {

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use lab_core::Checkpoints;
 use lab_infra::{RunSpace, ServerOptions, Servers};
-use lab_scenarios::stage::{self, Ports, Stage, StageConfig};
+use lab_services::stage::{self, Ports, Stage, StageConfig};
 use lab_services::{ServiceSpec, gateway, mailer, orders, payments, provider, reports};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
@@ -1638,7 +1638,8 @@ fn the_toxiproxy_api_refuses_hostile_requests_with_a_json_4xx_and_changes_nothin
             .await
             .expect("a port");
         let api = listener.local_addr().expect("an address");
-        let faults = lab_scenarios::Faults::embedded_on(listener, "", &tasks).expect("the API");
+        let faults =
+            lab_services::faults::Faults::embedded_on(listener, "", &tasks).expect("the API");
         let create = |path: &str, body: Value| {
             let mut req = Req::new("POST", path).header("Content-Type", "application/json");
             req.body = body.to_string().into_bytes();

@@ -103,11 +103,11 @@ impl Faults {
         let router = proxies.router();
         let stop = CancellationToken::new();
         let stopped = stop.clone();
-        let api = tasks.spawn(lab_services::http::serve(
+        let api = tasks.spawn(crate::http::serve(
             listener,
             router,
             stopped,
-            lab_services::http::Limits::default(),
+            crate::http::Limits::default(),
         ));
         Ok(Faults {
             client,

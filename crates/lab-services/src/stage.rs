@@ -16,14 +16,55 @@ use std::sync::Arc;
 
 use lab_core::{Checkpoints, Msg, Narrator};
 use lab_infra::RunSpace;
-use lab_services::spec::ObserveFuture;
-use lab_services::{Observer, RunningService, ServiceEnv, ServiceSpec, Voice, launch};
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
-use crate::error::ScenarioError;
 use crate::faults::Faults;
-use crate::scenario::{Hop, REDIS_HOP};
+use crate::spec::ObserveFuture;
+use crate::{Observer, RunningService, ServiceEnv, ServiceError, ServiceSpec, Voice, launch};
+
+/// A link the fault proxy sits on, so a run can break it.
+#[derive(Debug, Clone, Copy)]
+pub enum Hop {
+    /// Everyone who calls this service (a worker, another service) goes through a proxy named
+    /// after it.
+    Service(&'static ServiceSpec),
+    /// The services' connections to Redis go through a proxy named `redis`; the lab itself (and
+    /// everyone else) still reaches the real Redis directly.
+    Redis,
+}
+
+impl Hop {
+    /// The proxy's name (prefixed with the run's name in a run).
+    pub fn name(self) -> &'static str {
+        match self {
+            Hop::Service(spec) => spec.name,
+            Hop::Redis => REDIS_HOP,
+        }
+    }
+}
+
+/// The name of the proxy in front of Redis.
+pub const REDIS_HOP: &str = "redis";
+
+/// Why a stage could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    #[error("cannot start a service: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("fault proxy: {0}")]
+    Faults(#[from] faultproxy::client::ClientError),
+    /// A hop was asked for and the run has no fault plane: a bug in what the run declared.
+    #[error("{0} needs a hop, and the run has no fault proxy")]
+    NoFaultPlane(String),
+    /// `lab serve` bound no port for a service it starts.
+    #[error("no port for the {0} service")]
+    NoPort(&'static str),
+    #[error("the run's Redis URL: {0}")]
+    RedisUrl(String),
+}
 
 /// Narrates what services report: the [`Observer`] the lab gives its services.
 struct Narrated(Narrator);
@@ -67,12 +108,9 @@ impl StageConfig<'_> {
             .any(|hop| matches!(hop, Hop::Service(s) if s.name == spec.name))
     }
 
-    fn faults(&self, what: &str) -> Result<&Faults, ScenarioError> {
-        self.faults.ok_or_else(|| {
-            ScenarioError::Broken(format!(
-                "{what} needs a hop, and the run has no fault proxy"
-            ))
-        })
+    fn faults(&self, what: &str) -> Result<&Faults, StageError> {
+        self.faults
+            .ok_or_else(|| StageError::NoFaultPlane(what.to_string()))
     }
 }
 
@@ -111,7 +149,7 @@ impl Stage {
         specs: &[&'static ServiceSpec],
         config: &StageConfig<'_>,
         mut ports: Ports,
-    ) -> Result<Stage, ScenarioError> {
+    ) -> Result<Stage, StageError> {
         let observer: Option<Arc<dyn Observer>> = config
             .narrator
             .clone()
@@ -142,9 +180,9 @@ impl Stage {
                     TcpListener::bind("127.0.0.1:0").await?,
                     "127.0.0.1:0".to_string(),
                 ),
-                Ports::Fixed { services, .. } => services.remove(spec.name).ok_or_else(|| {
-                    ScenarioError::Broken(format!("no port for the {} service", spec.name))
-                })?,
+                Ports::Fixed { services, .. } => services
+                    .remove(spec.name)
+                    .ok_or(StageError::NoPort(spec.name))?,
             };
             let peers = spec
                 .calls
@@ -208,24 +246,22 @@ impl Stage {
 }
 
 /// The address of the Redis in `url` (`redis://host:port/…`).
-fn redis_addr(url: &str) -> Result<SocketAddr, ScenarioError> {
-    let parsed = url::Url::parse(url)
-        .map_err(|e| ScenarioError::Broken(format!("the run's Redis URL: {e}")))?;
+fn redis_addr(url: &str) -> Result<SocketAddr, StageError> {
+    let parsed = url::Url::parse(url).map_err(|e| StageError::RedisUrl(e.to_string()))?;
     let host = parsed.host_str().unwrap_or("127.0.0.1");
     let port = parsed.port().unwrap_or(6379);
     std::net::ToSocketAddrs::to_socket_addrs(&(host, port))?
         .next()
-        .ok_or_else(|| ScenarioError::Broken(format!("the run's Redis host {host} has no address")))
+        .ok_or_else(|| StageError::RedisUrl(format!("the host {host} has no address")))
 }
 
 /// `url` pointed at `addr` instead (the proxy), keeping its user, password and database.
-fn with_addr(url: &str, addr: SocketAddr) -> Result<String, ScenarioError> {
-    let mut parsed = url::Url::parse(url)
-        .map_err(|e| ScenarioError::Broken(format!("the run's Redis URL: {e}")))?;
+fn with_addr(url: &str, addr: SocketAddr) -> Result<String, StageError> {
+    let mut parsed = url::Url::parse(url).map_err(|e| StageError::RedisUrl(e.to_string()))?;
     let moved = parsed.set_ip_host(addr.ip()).is_ok() && parsed.set_port(Some(addr.port())).is_ok();
     if !moved {
-        return Err(ScenarioError::Broken(format!(
-            "cannot point the Redis URL at the proxy {addr}"
+        return Err(StageError::RedisUrl(format!(
+            "cannot point it at the proxy {addr}"
         )));
     }
     Ok(parsed.into())
