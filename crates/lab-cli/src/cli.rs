@@ -103,7 +103,7 @@ Examples:
   lab soak chain --iterations 200           the protections on: no double charge, exit 0
   lab soak chain --iterations 200 --protections off
                                             the broken design: double charges, the demonstration
-  lab soak chain --iterations 1 --seed 3167992149630043406 --protections off
+  lab soak chain --iterations 1 --seed 322893655343097159 --protections off
                                             replay one iteration by its seed
   lab soak chain --format json              one JSON object per iteration, then a summary";
 

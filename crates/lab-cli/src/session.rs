@@ -23,7 +23,7 @@ use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink, swimlane
 use lab_core::text::COMMON;
 use lab_core::{Gate, Lang, Msg, Narrator};
 use lab_infra::{Needs, Origin, ServerOptions, Servers};
-use lab_scenarios::{Entry, Library, RunConfig, ScenarioError};
+use lab_scenarios::{Entry, Library, RunConfig, ScenarioError, Settings};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -98,12 +98,9 @@ pub fn resolve(names: &[String]) -> Result<Vec<Entry>, Failure> {
 }
 
 /// Checks `--set NAME=VALUE` against the knobs of the selected scenarios: every name must be a
-/// knob of one of them, and its value must fit it. Returns the settings in canonical form.
-pub fn settings(
-    given: &[String],
-    scenarios: &[Entry],
-) -> Result<std::collections::BTreeMap<String, String>, Failure> {
-    let mut settings = std::collections::BTreeMap::new();
+/// knob of one of them, and its value must fit it. Returns the values, typed.
+pub fn settings(given: &[String], scenarios: &[Entry]) -> Result<Settings, Failure> {
+    let mut settings = Settings::default();
     for item in given {
         let (name, value) = item
             .split_once('=')
@@ -111,11 +108,11 @@ pub fn settings(
         let knob = scenarios
             .iter()
             .flat_map(|s| s.scenario.knobs)
-            .find(|k| k.name() == name.trim())
+            .find(|k| k.name == name.trim())
             .ok_or_else(|| {
                 let known: Vec<&str> = scenarios
                     .iter()
-                    .flat_map(|s| s.scenario.knobs.iter().map(|k| k.name()))
+                    .flat_map(|s| s.scenario.knobs.iter().map(|k| k.name))
                     .collect();
                 Failure::usage(if known.is_empty() {
                     t(Msg::new("unknown_knob_none").arg("name", name))
@@ -125,8 +122,10 @@ pub fn settings(
                         .arg("known", known.join(", ")))
                 })
             })?;
-        let value = knob.parse(value).map_err(Failure::usage)?;
-        settings.insert(knob.name().to_string(), value);
+        let parsed = knob
+            .parse(value)
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        settings.set(knob, parsed);
     }
     Ok(settings)
 }

@@ -5,15 +5,29 @@
 //! the call returns at once. A scenario installs a hook to order concurrent work: a barrier that
 //! holds two requests until both are inside the handler, so PostgreSQL's UNIQUE constraint, not
 //! luck, decides the race. Nothing in the lab waits on the clock to get an ordering right.
+//!
+//! Three shapes cover what the lessons need:
+//!
+//! - [`Checkpoints::barrier`]: hold every caller until N are there (two requests really overlap);
+//! - [`Checkpoints::hold`]: hold the first caller until the scenario lets it go ("the first call
+//!   is still charging while the second arrives"); [`Hold::entered`] says when it is there;
+//! - [`Checkpoints::notice`]: let callers pass, and tell the scenario that one did ("the service
+//!   has its answer ready").
+//!
+//! Waiting for a caller is bounded: a service that never reaches its checkpoint is broken, not
+//! slow, and [`NotReached`] says which point it never reached. The bound is part of the wait, so
+//! no caller can forget it.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use tokio::sync::Barrier;
+use tokio::sync::{Barrier, Notify};
 
 use crate::{Event, Narrator};
 
@@ -82,6 +96,132 @@ impl Checkpoints {
     pub fn clear(&self, point: &str) {
         self.hooks.lock().remove(point);
     }
+
+    /// Holds the first caller that reaches `point` until the [`Hold`] is released (or dropped);
+    /// callers after it pass straight through.
+    pub fn hold(&self, point: &str) -> Hold {
+        let entered = Arc::new(Notify::new());
+        let release = Arc::new(Notify::new());
+        let taken = Arc::new(AtomicBool::new(false));
+        self.install(point, {
+            let (entered, release) = (entered.clone(), release.clone());
+            Arc::new(move || {
+                let (entered, release, taken) = (entered.clone(), release.clone(), taken.clone());
+                Box::pin(async move {
+                    // Only the first caller is held: the hook is cleared once it is inside, and
+                    // one that raced in before that goes on.
+                    if taken.swap(true, Ordering::SeqCst) {
+                        return;
+                    }
+                    entered.notify_one();
+                    release.notified().await;
+                })
+            })
+        });
+        Hold {
+            checkpoints: self.clone(),
+            point: point.to_string(),
+            entered,
+            release,
+        }
+    }
+
+    /// Lets callers of `point` pass, and tells when one has ([`Notice::passed`]).
+    pub fn notice(&self, point: &str) -> Notice {
+        let passed = Arc::new(Notify::new());
+        self.install(point, {
+            let passed = passed.clone();
+            Arc::new(move || {
+                let passed = passed.clone();
+                // A permit is kept if nobody waits yet: a caller that passed before the
+                // scenario asked is still seen.
+                Box::pin(async move { passed.notify_one() })
+            })
+        });
+        Notice {
+            checkpoints: self.clone(),
+            point: point.to_string(),
+            passed,
+        }
+    }
+}
+
+/// A caller never reached a checkpoint within the bound: the service (or the scenario's script)
+/// is broken, not slow.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("nothing reached the checkpoint {point} within {} s", .limit.as_secs_f64())]
+pub struct NotReached {
+    pub point: String,
+    pub limit: Duration,
+}
+
+/// The first caller of a point, held there: made by [`Checkpoints::hold`]. Released with
+/// [`Hold::release`], or when dropped (a scenario that fails half-way never leaves a request
+/// hanging).
+#[must_use = "a hold holds nothing until a caller enters it: wait with `entered`"]
+pub struct Hold {
+    checkpoints: Checkpoints,
+    point: String,
+    entered: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+impl Hold {
+    /// Waits until a caller is held at the point, at most `limit`. From then on, later callers
+    /// pass straight through.
+    pub async fn entered(&self, limit: Duration) -> Result<(), NotReached> {
+        let inside = tokio::time::timeout(limit, self.entered.notified()).await;
+        self.checkpoints.clear(&self.point);
+        inside.map_err(|_| NotReached {
+            point: self.point.clone(),
+            limit,
+        })
+    }
+
+    /// The point it holds.
+    pub fn point(&self) -> &str {
+        &self.point
+    }
+
+    /// Lets the held caller go on.
+    pub fn release(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.checkpoints.clear(&self.point);
+        // A permit, if the caller is not waiting yet: it then goes on at once.
+        self.release.notify_one();
+    }
+}
+
+/// Tells when a caller has passed a point: made by [`Checkpoints::notice`]. The point is cleared
+/// when it is dropped.
+#[must_use = "a notice tells nothing unless you wait with `passed`"]
+pub struct Notice {
+    checkpoints: Checkpoints,
+    point: String,
+    passed: Arc<Notify>,
+}
+
+impl Notice {
+    /// Waits until a caller has passed the point (maybe already), at most `limit`.
+    pub async fn passed(&self, limit: Duration) -> Result<(), NotReached> {
+        tokio::time::timeout(limit, self.passed.notified())
+            .await
+            .map_err(|_| NotReached {
+                point: self.point.clone(),
+                limit,
+            })
+    }
+}
+
+impl Drop for Notice {
+    fn drop(&mut self) {
+        self.checkpoints.clear(&self.point);
+    }
 }
 
 #[cfg(test)]
@@ -143,6 +283,63 @@ mod tests {
         points.reached("p").await;
         points.reached("other").await;
         assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_keeps_the_first_caller_until_released_and_lets_later_ones_pass() {
+        let points = Checkpoints::new();
+        let hold = points.hold("p");
+        let mut first = {
+            let points = points.clone();
+            tokio::spawn(async move { points.reached("p").await })
+        };
+        hold.entered(Duration::from_secs(60))
+            .await
+            .expect("the first caller is held");
+        assert!(
+            tokio::time::timeout(Duration::from_secs(60), &mut first)
+                .await
+                .is_err(),
+            "held until released"
+        );
+        tokio::time::timeout(Duration::from_secs(60), points.reached("p"))
+            .await
+            .expect("a later caller passes");
+        hold.release();
+        tokio::time::timeout(Duration::from_secs(60), first)
+            .await
+            .expect("released")
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_nobody_enters_says_which_point_and_a_dropped_one_holds_nobody() {
+        let points = Checkpoints::new();
+        let hold = points.hold("payments.in_action");
+        let missed = hold.entered(Duration::from_secs(10)).await.unwrap_err();
+        assert_eq!(missed.point, "payments.in_action");
+        assert_eq!(missed.limit, Duration::from_secs(10));
+        drop(hold);
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            points.reached("payments.in_action"),
+        )
+        .await
+        .expect("a dropped hold holds nobody");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_notice_sees_a_caller_that_passed_before_it_was_asked() {
+        let points = Checkpoints::new();
+        let notice = points.notice("p");
+        tokio::time::timeout(Duration::from_secs(60), points.reached("p"))
+            .await
+            .expect("a noticed point holds nobody");
+        notice
+            .passed(Duration::from_secs(1))
+            .await
+            .expect("seen, though it passed first");
+        assert!(notice.passed(Duration::from_secs(1)).await.is_err());
     }
 
     #[tokio::test(start_paused = true)]

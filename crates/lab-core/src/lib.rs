@@ -28,7 +28,7 @@ pub mod render;
 pub mod text;
 pub mod trace;
 
-pub use checkpoint::Checkpoints;
+pub use checkpoint::{Checkpoints, Hold, NotReached, Notice};
 pub use event::{CodePlace, Event, Executed, Fault, Outcome, Server, Table};
 pub use facts::{FactCheck, Facts};
 pub use gate::{Gate, Quit};

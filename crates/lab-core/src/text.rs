@@ -89,6 +89,19 @@ impl From<u16> for Arg {
         Arg::Int(n.into())
     }
 }
+impl From<u64> for Arg {
+    fn from(n: u64) -> Arg {
+        Arg::Int(i64::try_from(n).unwrap_or(i64::MAX))
+    }
+}
+
+/// A duration is told in whole milliseconds: every text that takes one says "ms" after it.
+impl From<std::time::Duration> for Arg {
+    fn from(d: std::time::Duration) -> Arg {
+        Arg::Int(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
 impl From<usize> for Arg {
     fn from(n: usize) -> Arg {
         Arg::Int(n as i64)

@@ -1,86 +1,40 @@
-//! What a scenario's script gets to work with: the narrator, the run's space, checkpoints, and
-//! exactly what its `Requires` declared (a database, fault proxies, services). Reaching for
-//! anything else is a [`ScenarioError::Undeclared`], never a panic.
+//! What a scenario's script gets to work with, and the only door to the kit: the narrator, the
+//! run's space, its knobs, checkpoints to hold or notice calls at, and exactly what its
+//! `Requires` declared (a database, Redis, fault proxies, services). Reaching for anything else
+//! is a [`ScenarioError::Undeclared`], never a panic.
 
 use lab_core::{Checkpoints, Narrator};
 use lab_infra::RunSpace;
 use lab_services::ServiceSpec;
-use sqlx::PgPool;
-
-use crate::catalogue::Entry;
-use crate::error::ScenarioError;
-use crate::scenario::Knob;
+use lab_services::api::ConfigRequest;
 use lab_services::faults::Faults;
 use lab_services::stage::{ServiceHandle, Stage};
+use sqlx::PgPool;
+
+use crate::error::ScenarioError;
+use crate::kit::knob::KnobType;
+use crate::kit::{Caller, Hold, Knob, KnobSpec, Notice, Settings, redis};
 
 /// What a scenario's script gets to work with.
 pub struct Ctx {
     pub narrator: Narrator,
     pub space: RunSpace,
+    /// The run's checkpoints, for choreographies of their own (a race forced through a
+    /// barrier); holding one call or noticing one is [`Ctx::hold`] and [`Ctx::notice`].
     pub checkpoints: Checkpoints,
     /// The scenario's name, for errors.
     pub name: &'static str,
-    /// Its knobs, and the values set with `--set` (canonical form).
-    knobs: &'static [Knob],
-    settings: std::collections::BTreeMap<String, String>,
-    faults: Option<Faults>,
-    stage: Stage,
+    /// The knobs it declares, and those set away from their defaults for this run.
+    pub(crate) knobs: &'static [KnobSpec],
+    pub(crate) settings: Settings,
+    pub(crate) faults: Option<Faults>,
+    pub(crate) stage: Stage,
 }
 
 impl Ctx {
-    pub(crate) fn new(
-        narrator: Narrator,
-        space: RunSpace,
-        checkpoints: Checkpoints,
-        entry: Entry,
-        faults: Option<Faults>,
-        stage: Stage,
-        settings: std::collections::BTreeMap<String, String>,
-    ) -> Ctx {
-        Ctx {
-            narrator,
-            space,
-            checkpoints,
-            name: entry.name,
-            knobs: entry.scenario.knobs,
-            settings,
-            faults,
-            stage,
-        }
-    }
-
     /// What the runner releases when the script has ended.
     pub(crate) fn into_parts(self) -> (RunSpace, Option<Faults>, Stage) {
         (self.space, self.faults, self.stage)
-    }
-
-    fn knob(&self, name: &str) -> Result<Knob, ScenarioError> {
-        self.knobs
-            .iter()
-            .copied()
-            .find(|k| k.name() == name)
-            .ok_or_else(|| self.undeclared(format!("the knob {name}")))
-    }
-
-    /// A duration knob: its `--set` value, else its default.
-    pub fn millis(&self, name: &str) -> Result<std::time::Duration, ScenarioError> {
-        let Knob::Millis { default, .. } = self.knob(name)? else {
-            return Err(self.undeclared(format!("{name} as a duration")));
-        };
-        let ms = self
-            .settings
-            .get(name)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default);
-        Ok(std::time::Duration::from_millis(ms))
-    }
-
-    /// A switch knob: its `--set` value, else its default.
-    pub fn switch(&self, name: &str) -> Result<bool, ScenarioError> {
-        let Knob::Switch { default, .. } = self.knob(name)? else {
-            return Err(self.undeclared(format!("{name} as a switch")));
-        };
-        Ok(self.settings.get(name).map_or(default, |v| v == "true"))
     }
 
     fn undeclared(&self, what: impl Into<String>) -> ScenarioError {
@@ -90,12 +44,44 @@ impl Ctx {
         }
     }
 
+    /// A knob's value in this run: as set with `--set`, else its default. A knob the scenario
+    /// does not declare is a bug in the scenario.
+    pub fn knob<T: KnobType>(&self, knob: &Knob<T>) -> Result<T, ScenarioError> {
+        if !self.knobs.contains(&knob.spec) {
+            return Err(self.undeclared(format!("the knob {}", knob.spec.name)));
+        }
+        let value = self
+            .settings
+            .get(&knob.spec)
+            .unwrap_or_else(|| knob.spec.default_value());
+        T::from_value(value).ok_or_else(|| self.undeclared(format!("the knob {}", knob.spec.name)))
+    }
+
+    /// Holds the next call that reaches `point` inside a service (see [`crate::kit::hold`]).
+    pub fn hold(&self, point: &str) -> Hold {
+        Hold::new(self.checkpoints.hold(point))
+    }
+
+    /// Tells when a call has passed `point` inside a service, without holding it.
+    pub fn notice(&self, point: &str) -> Notice {
+        Notice::new(self.checkpoints.notice(point))
+    }
+
     /// The run's PostgreSQL pool (its `search_path` is the run's schema).
     pub fn pg(&self) -> Result<&PgPool, ScenarioError> {
         self.space
             .pg
             .as_ref()
             .ok_or_else(|| self.undeclared("PostgreSQL"))
+    }
+
+    /// The run's own connection to the real Redis (never through the fault proxy).
+    pub fn redis(&self) -> Result<redis::Conn, ScenarioError> {
+        self.space
+            .redis
+            .clone()
+            .map(lab_core::trace::Traced::new)
+            .ok_or_else(|| self.undeclared("Redis"))
     }
 
     /// The run's fault proxies.
@@ -119,5 +105,16 @@ impl Ctx {
         self.stage
             .get(spec)
             .ok_or_else(|| self.undeclared(format!("the {} service", spec.name)))
+    }
+
+    /// Switches a service (`PUT /config`, directly, past any fault): only what `change` gives
+    /// changes. Returns the service's switches after it.
+    pub async fn configure<C: ConfigRequest>(
+        &self,
+        spec: &ServiceSpec,
+        change: &C,
+    ) -> Result<C::Config, ScenarioError> {
+        let url = format!("http://{}/config", self.service(spec)?.direct);
+        Caller::new().put_json(&url, change).await
     }
 }

@@ -21,6 +21,7 @@ use tracing::Instrument as _;
 use crate::catalogue::Entry;
 use crate::ctx::Ctx;
 use crate::error::ScenarioError;
+use crate::kit::Settings;
 use crate::library::Library;
 use crate::scenario::FaultUse;
 use lab_services::faults::{Faults, ProxyLedger};
@@ -57,25 +58,9 @@ pub struct RunConfig {
     pub toxiproxy_url: Option<String>,
     /// Proxies on that Toxiproxy not yet deleted: what a Ctrl-C must clean.
     pub proxies: ProxyLedger,
-    /// Knobs set with `--set name=value` (checked against the scenarios' knobs before the run;
-    /// each scenario takes those it declares).
-    pub settings: std::collections::BTreeMap<String, String>,
-}
-
-/// The settings that apply to a scenario and differ from its defaults, in canonical form.
-pub fn settings_for(
-    entry: Entry,
-    settings: &std::collections::BTreeMap<String, String>,
-) -> std::collections::BTreeMap<String, String> {
-    entry
-        .scenario
-        .knobs
-        .iter()
-        .filter_map(|knob| {
-            let value = knob.parse(settings.get(knob.name())?).ok()?;
-            (value != knob.default_value()).then(|| (knob.name().to_string(), value))
-        })
-        .collect()
+    /// Knobs set with `--set name=value`, typed (checked against the scenarios' knobs before
+    /// the run; each scenario takes those it declares).
+    pub settings: Settings,
 }
 
 /// Checks that the servers of this call can give the scenario what it declares.
@@ -119,8 +104,7 @@ async fn run_in_span(
     library: &Library,
     config: &RunConfig,
 ) -> Result<RunReport, ScenarioError> {
-    let requires = entry.requires();
-    let settings = settings_for(entry, &config.settings);
+    let settings = config.settings.for_knobs(entry.scenario.knobs);
     narrator.start(entry.name);
     check_servers(entry, servers)?;
 
@@ -128,62 +112,95 @@ async fn run_in_span(
     if servers.postgres.is_some() && !entry.lesson.schema.trim().is_empty() {
         tables.push(entry.lesson.schema);
     }
-    tables.extend(stage::schemas(requires.services));
+    tables.extend(stage::schemas(entry.requires().services));
     let space = backstage(RunSpace::create(servers, &tables)).await?;
 
     let tasks = TaskTracker::new();
     // Where the run holds or orders requests, and what it breaks, are marked in its pictures.
     let checkpoints = Checkpoints::narrated(narrator.clone());
-    let started = async {
-        // One-shot faults exist only in the embedded proxy; toxics work on either.
-        let faults = match (&config.toxiproxy_url, requires.faults) {
-            (_, FaultUse::None) => None,
-            (Some(url), FaultUse::Toxics(_)) => {
-                Some(Faults::external(url, &space.run_id, &config.proxies).await?)
-            }
-            _ => Some(Faults::embedded(&space.run_id, &tasks).await?),
-        }
-        .map(|faults| faults.narrated(narrator.clone()));
-        let stage_config = StageConfig {
-            space: &space,
-            narrator: Some(narrator.clone()),
-            checkpoints: checkpoints.clone(),
-            tasks: tasks.clone(),
-            faults: faults.as_ref(),
-            hops: requires.faults.hops(),
-        };
-        let stage = Stage::start(requires.services, &stage_config, Ports::Free).await;
-        Ok::<_, ScenarioError>((faults, stage))
-    }
-    .await;
-
-    let (ctx, result) = match started {
-        Ok((faults, Ok(stage))) => {
-            let ctx = Ctx::new(
-                narrator.clone(),
-                space,
-                checkpoints,
-                entry,
-                faults,
-                stage,
-                settings.clone(),
-            );
-            let result = (entry.scenario.run)(&ctx).await;
-            (ctx, result)
-        }
-        Ok((faults, Err(e))) => {
-            if let Some(faults) = faults {
-                faults.release().await;
-            }
-            let _ = backstage(space.release(servers, config.keep)).await;
-            return Err(e.into());
-        }
+    let (faults, stage) = match start(entry, &space, &narrator, &checkpoints, &tasks, config).await
+    {
+        Ok(started) => started,
         Err(e) => {
             let _ = backstage(space.release(servers, config.keep)).await;
             return Err(e);
         }
     };
+    let ctx = Ctx {
+        narrator: narrator.clone(),
+        space,
+        checkpoints,
+        name: entry.name,
+        knobs: entry.scenario.knobs,
+        settings: settings.clone(),
+        faults,
+        stage,
+    };
+    let result = (entry.scenario.run)(&ctx).await;
+    let (kept, released) = wind_down(ctx, tasks, servers, config).await;
+    result?;
+    released?;
+    let passed = narrator.summary(
+        entry.name,
+        &library.expected_facts(entry.name),
+        settings.shown(),
+    );
+    Ok(RunReport {
+        name: entry.name,
+        passed,
+        facts: narrator.facts(),
+        events: narrator.events(),
+        kept,
+    })
+}
 
+/// The run's fault plane and services. What was started is stopped again if the rest fails.
+async fn start(
+    entry: Entry,
+    space: &RunSpace,
+    narrator: &Narrator,
+    checkpoints: &Checkpoints,
+    tasks: &TaskTracker,
+    config: &RunConfig,
+) -> Result<(Option<Faults>, Stage), ScenarioError> {
+    let requires = entry.requires();
+    // One-shot faults exist only in the embedded proxy; toxics work on either.
+    let faults = match (&config.toxiproxy_url, requires.faults) {
+        (_, FaultUse::None) => None,
+        (Some(url), FaultUse::Toxics(_)) => {
+            Some(Faults::external(url, &space.run_id, &config.proxies).await?)
+        }
+        _ => Some(Faults::embedded(&space.run_id, tasks).await?),
+    }
+    .map(|faults| faults.narrated(narrator.clone()));
+    let stage_config = StageConfig {
+        space,
+        narrator: Some(narrator.clone()),
+        checkpoints: checkpoints.clone(),
+        tasks: tasks.clone(),
+        faults: faults.as_ref(),
+        hops: requires.faults.hops(),
+    };
+    match Stage::start(requires.services, &stage_config, Ports::Free).await {
+        Ok(stage) => Ok((faults, stage)),
+        Err(e) => {
+            if let Some(faults) = faults {
+                faults.release().await;
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// Ends a run whose script has ended: stops its services and fault API, waits (boundedly) for
+/// the work they spawned, releases its proxies and its space. Returns what `--keep` kept, and
+/// whether the space was released.
+async fn wind_down(
+    ctx: Ctx,
+    tasks: TaskTracker,
+    servers: &Servers,
+    config: &RunConfig,
+) -> (Option<KeptRun>, Result<(), InfraError>) {
     let (space, mut faults, stage) = ctx.into_parts();
     stage.stop().await;
     // The fault API is one of the run's tasks and serves until stopped: stop it first, or the
@@ -203,18 +220,5 @@ async fn run_in_span(
         redis_url: space.redis_url.clone(),
     });
     let released = backstage(space.release(servers, config.keep)).await;
-    result?;
-    released?;
-    let passed = narrator.summary(
-        entry.name,
-        &library.expected_facts(entry.name),
-        settings.into_iter().collect(),
-    );
-    Ok(RunReport {
-        name: entry.name,
-        passed,
-        facts: narrator.facts(),
-        events: narrator.events(),
-        kept,
-    })
+    (kept, released)
 }

@@ -10,6 +10,7 @@ use lab_services::stage::Hop;
 
 use crate::ctx::Ctx;
 use crate::error::ScenarioResult;
+use crate::kit::KnobSpec;
 
 /// A boxed scenario future.
 pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = ScenarioResult> + Send + 'a>>;
@@ -74,61 +75,15 @@ impl Requires {
     }
 }
 
-/// A parameter a class may change (`lab run NAME --set name=value`), with its default. The
-/// expected facts and narratives are the defaults'; a run with a knob set says which facts
-/// differ, and why (`[knobs]` in the scenario's texts).
-#[derive(Debug, Clone, Copy)]
-pub enum Knob {
-    /// A duration, in milliseconds.
-    Millis { name: &'static str, default: u64 },
-    /// On (`true`) or off (`false`).
-    Switch { name: &'static str, default: bool },
-}
-
-impl Knob {
-    pub fn name(self) -> &'static str {
-        match self {
-            Knob::Millis { name, .. } | Knob::Switch { name, .. } => name,
-        }
-    }
-
-    /// The default, as `--set` would write it.
-    pub fn default_value(self) -> String {
-        match self {
-            Knob::Millis { default, .. } => default.to_string(),
-            Knob::Switch { default, .. } => default.to_string(),
-        }
-    }
-
-    /// Checks a value given with `--set`, and returns it in its canonical form.
-    pub fn parse(self, value: &str) -> Result<String, String> {
-        match self {
-            Knob::Millis { name, .. } => value
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|ms| (1..=600_000).contains(ms))
-                .map(|ms| ms.to_string())
-                .ok_or_else(|| {
-                    format!("{name} takes milliseconds from 1 to 600000, not `{value}`")
-                }),
-            Knob::Switch { name, .. } => match value.trim() {
-                "true" | "on" | "yes" | "1" => Ok("true".into()),
-                "false" | "off" | "no" | "0" => Ok("false".into()),
-                _ => Err(format!("{name} is true or false, not `{value}`")),
-            },
-        }
-    }
-}
-
 /// One scenario, as its module declares it. Its name and lesson come from where it lives: the
 /// folder `scenarios/<name>/` and the topic folder of its module (see `build.rs`).
 pub struct Scenario {
     /// Where it comes in its lesson (`lab run all`, `lab list`): lower first.
     pub order: u16,
     pub requires: Requires,
-    /// What a class may change with `--set` (see [`Knob`]); empty for most scenarios.
-    pub knobs: &'static [Knob],
+    /// What a class may change with `--set` (see [`crate::kit::knob`]); empty for most
+    /// scenarios.
+    pub knobs: &'static [KnobSpec],
     /// The script.
     pub run: for<'a> fn(&'a Ctx) -> ScenarioFuture<'a>,
 }

@@ -29,12 +29,19 @@ use std::time::Duration;
 use faultproxy::{ArmedFault, Fault};
 use lab_core::Checkpoints;
 use lab_infra::{RunSpace, Servers};
+use lab_services::payments::{PaymentChange, PaymentConfig};
+use lab_services::provider::ProviderConfig;
+use lab_services::relay::RelayConfig;
 use lab_services::{gateway, orders, payments, provider};
+use rand::rngs::ChaCha8Rng;
+use rand::{Rng as _, RngExt as _, SeedableRng as _};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::task::TaskTracker;
 
 use crate::ScenarioError;
+use crate::kit::payments::{AMOUNT, payment};
+use crate::kit::{Answer, Caller};
 use lab_services::faults::Faults;
 use lab_services::stage::Hop;
 use lab_services::stage::{Ports, Stage, StageConfig};
@@ -58,34 +65,19 @@ const CLIENT_PAUSE: Duration = Duration::from_millis(150);
 /// How long the client waits for one answer: longer than the gateway's whole retry deadline.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The next seed of the chain of seeds (splitmix64: every seed, zero included, has a next one,
-/// and nearby seeds lead to unrelated ones).
+/// The next seed of the chain of seeds: the first draw of ChaCha8 from this one (every seed,
+/// zero included, has a next one, and nearby seeds lead to unrelated ones).
 pub fn next_seed(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    ChaCha8Rng::seed_from_u64(seed).next_u64()
 }
 
-/// A small generator for an iteration's choices, seeded by the iteration's seed. Its stream
-/// starts elsewhere than the chain of seeds (which also steps with [`next_seed`]): otherwise the
-/// next iteration would draw this one's choices shifted by one.
-struct Draw(u64);
-
-impl Draw {
-    fn new(seed: u64) -> Draw {
-        Draw(seed ^ 0x6a09_e667_f3bc_c909)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = next_seed(self.0);
-        self.0
-    }
-
-    /// A number in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+/// The generator of an iteration's choices: ChaCha8 from the iteration's seed, on a stream of
+/// its own, so it never draws what the chain of seeds draws (the next iteration would otherwise
+/// make this one's choices).
+fn choices(seed: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(1);
+    rng
 }
 
 /// A fault placed on one hop: the next `connections` connections to that service get it.
@@ -107,14 +99,14 @@ impl std::fmt::Display for Placed {
 
 /// Where an iteration's faults go, drawn from its seed alone.
 pub fn plan(seed: u64) -> Vec<Placed> {
-    let mut draw = Draw::new(seed);
+    let mut draw = choices(seed);
     let mut placed = Vec::new();
     for spec in HOPS {
         // About half the hops of an iteration get a fault.
-        if draw.below(2) == 0 {
+        if draw.random_bool(0.5) {
             continue;
         }
-        let (kind, name) = match draw.below(40) {
+        let (kind, name) = match draw.random_range(0..40) {
             0..=7 => (
                 Fault::ResponseLostAfterCommit,
                 "answer lost after the work".into(),
@@ -125,14 +117,14 @@ pub fn plan(seed: u64) -> Vec<Placed> {
             // Rarely (each costs seconds), longer than a relay waits for one call (2 s): the
             // relay retries while the first call is still running below it.
             26..=27 => {
-                let ms = 2_100 + draw.below(400);
+                let ms = draw.random_range(2_100..2_500);
                 (
                     Fault::SlowResponse(Duration::from_millis(ms)),
                     format!("answer delayed {ms} ms"),
                 )
             }
             _ => {
-                let ms = 5 + draw.below(200);
+                let ms = draw.random_range(5..205);
                 (
                     Fault::SlowResponse(Duration::from_millis(ms)),
                     format!("answer delayed {ms} ms"),
@@ -142,7 +134,7 @@ pub fn plan(seed: u64) -> Vec<Placed> {
         placed.push(Placed {
             hop: spec.name,
             fault: name,
-            connections: 1 + draw.below(2) as usize,
+            connections: draw.random_range(1..=2),
             kind,
         });
     }
@@ -222,14 +214,7 @@ async fn run_on(
     measured
 }
 
-/// A client of the soak: one connection per call, so a fault breaks exactly one.
-fn client() -> Result<reqwest::Client, ScenarioError> {
-    Ok(reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .timeout(CLIENT_TIMEOUT)
-        .build()?)
-}
-
+/// A service's own address, past its hop (the lab's switches and reads never meet a fault).
 fn direct(stage: &Stage, spec: &lab_services::ServiceSpec) -> Result<String, ScenarioError> {
     stage
         .get(spec)
@@ -237,27 +222,29 @@ fn direct(stage: &Stage, spec: &lab_services::ServiceSpec) -> Result<String, Sce
         .ok_or_else(|| ScenarioError::Broken(format!("the {} service is not started", spec.name)))
 }
 
-async fn configure(
-    http: &reqwest::Client,
-    url: String,
-    change: Value,
-) -> Result<(), ScenarioError> {
-    http.put(format!("{url}/config"))
-        .json(&change)
-        .send()
-        .await?
-        .error_for_status()?;
+/// The protections on (the design the lesson builds) or off (the broken one), service by
+/// service, set directly (past the proxies, which carry the faults).
+async fn switch_protections(stage: &Stage, protections: bool) -> Result<(), ScenarioError> {
+    let caller = Caller::new();
+    let config = |spec| Ok::<_, ScenarioError>(format!("{}/config", direct(stage, spec)?));
+    let _: RelayConfig = caller
+        .put_json(
+            &config(&orders::SPEC)?,
+            &RelayConfig {
+                mint_keys: !protections,
+            },
+        )
+        .await?;
+    let guard = PaymentChange {
+        key_guard: Some(protections),
+        ..PaymentChange::default()
+    };
+    let _: PaymentConfig = caller.put_json(&config(&payments::SPEC)?, &guard).await?;
+    let dedup = ProviderConfig {
+        dedup_by_key: protections,
+    };
+    let _: ProviderConfig = caller.put_json(&config(&provider::SPEC)?, &dedup).await?;
     Ok(())
-}
-
-async fn get_json(http: &reqwest::Client, url: String) -> Result<Value, ScenarioError> {
-    Ok(http
-        .get(url)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?)
 }
 
 async fn pay_under_faults(
@@ -266,27 +253,7 @@ async fn pay_under_faults(
     seed: u64,
     protections: bool,
 ) -> Result<Paid, ScenarioError> {
-    let http = client()?;
-    // The switches, set directly (past the proxies, which carry the faults).
-    configure(
-        &http,
-        direct(stage, &orders::SPEC)?,
-        json!({"mint_keys": !protections}),
-    )
-    .await?;
-    configure(
-        &http,
-        direct(stage, &payments::SPEC)?,
-        json!({"key_guard": protections}),
-    )
-    .await?;
-    configure(
-        &http,
-        direct(stage, &provider::SPEC)?,
-        json!({"dedup_by_key": protections}),
-    )
-    .await?;
-
+    switch_protections(stage, protections).await?;
     let placed = plan(seed);
     let mut armed: Vec<ArmedFault> = Vec::new();
     for fault in &placed {
@@ -295,57 +262,44 @@ async fn pay_under_faults(
         })?;
         armed.push(proxy.arm(fault.kind.clone(), fault.connections));
     }
-
-    // The client pays once, with one key, and retries with it until it gets a definite answer.
-    let key = format!("soak-{seed:016x}");
     let gateway_url = stage
         .get(&gateway::SPEC)
         .map(|s| s.url.clone())
         .ok_or_else(|| ScenarioError::Broken("the gateway is not started".into()))?;
-    let body = json!({
-        "tenant_id": crate::payments::TENANT,
-        "order_id": crate::payments::ORDER,
-        "amount": crate::payments::AMOUNT,
-        "currency": crate::payments::CURRENCY,
-    });
-    let mut status = None;
-    let mut told: Option<Value> = None;
-    let mut attempts = 0;
-    while attempts < CLIENT_ATTEMPTS {
-        attempts += 1;
-        let sent = http
-            .post(format!("{gateway_url}/checkout"))
-            .header("Idempotency-Key", &key)
-            .json(&body)
-            .send()
-            .await;
-        if let Ok(response) = sent {
-            let code = response.status().as_u16();
-            status = Some(code);
-            let answer: Value = response.json().await.unwrap_or(Value::Null);
-            if code == 200 {
-                told = Some(answer);
-                break;
-            }
-            // 409 (still in progress), 502–504 (unknown outcome): the same key again, later.
-            // Anything else is a definite refusal.
-            if !matches!(code, 409 | 502..=504) {
-                break;
-            }
-        } else {
-            status = None;
-        }
-        tokio::time::sleep(CLIENT_PAUSE).await;
-    }
-
+    let (answer, attempts) = pay_until_definite(&gateway_url, &format!("soak-{seed:016x}")).await;
     Ok(Paid {
         seed,
         faults_fired: armed.iter().filter(|a| a.fired_count() > 0).count(),
         placed,
-        status,
-        told,
+        status: answer.status,
+        told: (answer.status == Some(200))
+            .then(|| answer.json())
+            .flatten(),
         attempts,
     })
+}
+
+/// The client pays once, with one key, and retries with it until it gets a definite answer (or
+/// gives up): the last answer, and how many calls it took.
+async fn pay_until_definite(gateway_url: &str, key: &str) -> (Answer, u32) {
+    let caller = Caller::waiting(CLIENT_TIMEOUT);
+    let body = payment(AMOUNT);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let answer = caller
+            .post(&format!("{gateway_url}/checkout"), Some(key), &body)
+            .await;
+        // No answer, 409 (still in progress), 502–504 (unknown outcome): the same key again,
+        // later. Anything else is definite.
+        let again = answer
+            .status
+            .is_none_or(|code| matches!(code, 409 | 502..=504));
+        if !again || attempts == CLIENT_ATTEMPTS {
+            return (answer, attempts);
+        }
+        tokio::time::sleep(CLIENT_PAUSE).await;
+    }
 }
 
 /// What the client did and saw, before the count.
@@ -361,17 +315,15 @@ struct Paid {
 /// Reads the provider's charges and the payment service's request count, and checks the
 /// invariant.
 async fn measure(stage: &Stage, paid: Paid) -> Result<Iteration, ScenarioError> {
-    let http = client()?;
-    let charges = get_json(
-        &http,
-        format!("{}/charges", direct(stage, &provider::SPEC)?),
-    )
-    .await?;
+    let caller = Caller::new();
+    let charges: Value = caller
+        .get_json(&format!("{}/charges", direct(stage, &provider::SPEC)?))
+        .await?;
     let charges: Vec<Value> = charges["charges"].as_array().cloned().unwrap_or_default();
-    let payments_calls = get_json(&http, format!("{}/stats", direct(stage, &payments::SPEC)?))
-        .await?["requests"]
-        .as_u64()
-        .unwrap_or_default();
+    let stats: Value = caller
+        .get_json(&format!("{}/stats", direct(stage, &payments::SPEC)?))
+        .await?;
+    let payments_calls = stats["requests"].as_u64().unwrap_or_default();
 
     let violation = if charges.len() > 1 {
         Some(format!("{} charges for one key", charges.len()))

@@ -85,3 +85,44 @@ fn the_embedded_copies_load_and_match_the_files() {
         }
     }
 }
+
+/// A knob is declared once, in its scenario's module; what it means is the scenario's text
+/// `knobs.<name>`, in both languages, and nothing else names a knob that is not declared.
+#[test]
+fn every_declared_knob_is_described_in_both_languages_and_only_those() {
+    let library = Library::load().unwrap();
+    for scenario in CATALOGUE.iter() {
+        let declared: Vec<String> = scenario
+            .scenario
+            .knobs
+            .iter()
+            .map(|k| format!("knobs.{}", k.name))
+            .collect();
+        for lang in Lang::ALL {
+            let described: Vec<String> = library
+                .texts
+                .keys(scenario.name, lang)
+                .into_iter()
+                .filter(|key| key.starts_with("knobs."))
+                .map(str::to_string)
+                .collect();
+            let mut sorted = declared.clone();
+            sorted.sort();
+            assert_eq!(
+                described,
+                sorted,
+                "{} ({}): the knobs described are not the knobs declared",
+                scenario.name,
+                lang.code()
+            );
+        }
+        for knob in scenario.scenario.knobs {
+            assert!(
+                knob.parse(&knob.default_value().to_string()).ok() == Some(knob.default_value()),
+                "{}: the default of {} is not a value it accepts",
+                scenario.name,
+                knob.name
+            );
+        }
+    }
+}

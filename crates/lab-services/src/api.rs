@@ -67,6 +67,14 @@ impl IntoResponse for ApiError {
 /// A JSON object in the request body, whose rejections are [`ApiError`]s.
 pub struct JsonBody<T>(pub T);
 
+/// The body of a service's `PUT /config`, and the switches it answers with: what the lab sends
+/// a service to switch its behaviour for a story (a policy, a broken design), typed on both
+/// sides.
+pub trait ConfigRequest: serde::Serialize + Sync {
+    /// The service's switches after the change, as it answers.
+    type Config: DeserializeOwned;
+}
+
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 

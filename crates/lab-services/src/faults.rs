@@ -188,8 +188,14 @@ impl Faults {
         })
     }
 
-    /// Holds every response on `hop` for `millis` on its way back (a downstream latency toxic).
-    pub async fn slow_responses(&self, hop: &str, millis: u64) -> Result<ToxicHandle, ClientError> {
+    /// Holds every response on `hop` for `delay` on its way back (a downstream latency toxic,
+    /// whole milliseconds).
+    pub async fn slow_responses(
+        &self,
+        hop: &str,
+        delay: std::time::Duration,
+    ) -> Result<ToxicHandle, ClientError> {
+        let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         let proxy = self.full_name(hop);
         let toxic = Toxic::new(
             ToxicKind::Latency {

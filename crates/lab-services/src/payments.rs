@@ -149,14 +149,22 @@ impl Default for PaymentConfig {
     }
 }
 
-/// A change to the switches: only the fields given change.
-#[derive(Debug, Clone, Copy, Deserialize)]
+/// A change to the switches (`PUT /config`): only the fields given change.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct ConfigChange {
-    policy: Option<PolicyName>,
-    key_guard: Option<bool>,
-    lease_ms: Option<u64>,
-    command_timeout_ms: Option<u64>,
+pub struct PaymentChange {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_guard: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_timeout_ms: Option<u64>,
+}
+
+impl crate::api::ConfigRequest for PaymentChange {
+    type Config = PaymentConfig;
 }
 
 impl PaymentConfig {
@@ -554,7 +562,7 @@ async fn call_provider(
 
 async fn set_config(
     State(service): State<Payments>,
-    JsonBody(change): JsonBody<ConfigChange>,
+    JsonBody(change): JsonBody<PaymentChange>,
 ) -> Result<Json<PaymentConfig>, ApiError> {
     // A lease is how long a reservation whose caller died blocks its key; longer than the
     // result is kept, it would outlive the very record it protects.

@@ -259,6 +259,10 @@ pub struct ProviderConfig {
     pub dedup_by_key: bool,
 }
 
+impl crate::api::ConfigRequest for ProviderConfig {
+    type Config = ProviderConfig;
+}
+
 async fn set_config(
     State(provider): State<Provider>,
     JsonBody(config): JsonBody<ProviderConfig>,

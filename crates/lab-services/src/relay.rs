@@ -76,6 +76,10 @@ pub struct RelayConfig {
     pub mint_keys: bool,
 }
 
+impl crate::api::ConfigRequest for RelayConfig {
+    type Config = RelayConfig;
+}
+
 impl Relay {
     pub fn from_env(place: RelayRoute, env: ServiceEnv) -> Result<Relay, ServiceError> {
         Ok(Relay {

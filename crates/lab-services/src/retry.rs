@@ -21,6 +21,9 @@
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt as _, SeedableRng as _};
+use sha2::{Digest as _, Sha256};
 
 /// The bounds of a caller's retries.
 #[derive(Debug, Clone, Copy)]
@@ -50,36 +53,27 @@ impl Default for RetryPolicy {
     }
 }
 
-/// Backoff with jitter from a seeded generator (xorshift64*: small, fast, and the same sequence
-/// for the same seed).
+/// Backoff with jitter from a seeded generator (ChaCha8, the workspace's one generator: the
+/// same sequence for the same seed, on every machine).
 #[derive(Debug)]
 pub struct Jitter {
-    state: Mutex<u64>,
+    rng: Mutex<ChaCha8Rng>,
 }
 
 impl Jitter {
-    /// A generator seeded from `seed` (never zero: xorshift would stay at zero).
+    /// A generator seeded from `seed`.
     pub fn seeded(seed: u64) -> Jitter {
         Jitter {
-            state: Mutex::new(seed.max(1)),
+            rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),
         }
     }
 
-    /// A seed derived from a name, so every service has its own fixed sequence.
+    /// A generator seeded from a name (its SHA-256), so every service has its own fixed
+    /// sequence.
     pub fn from_name(name: &str) -> Jitter {
-        // FNV-1a: a stable hash of the name (std's hasher may change between releases).
-        let seed = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-        Jitter::seeded(seed)
-    }
-
-    fn next(&self) -> u64 {
-        let mut x = self.state.lock();
-        *x ^= *x >> 12;
-        *x ^= *x << 25;
-        *x ^= *x >> 27;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        Jitter {
+            rng: Mutex::new(ChaCha8Rng::from_seed(Sha256::digest(name).into())),
+        }
     }
 
     /// The wait before attempt `attempt + 1` (after `attempt` failed calls, counting from 1):
@@ -88,10 +82,8 @@ impl Jitter {
         let doubled = policy
             .base
             .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-        let ceiling = doubled.min(policy.cap).as_millis() as u64;
-        let floor = ceiling / 2;
-        let span = ceiling - floor + 1;
-        Duration::from_millis(floor + self.next() % span)
+        let ceiling = u64::try_from(doubled.min(policy.cap).as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(self.rng.lock().random_range(ceiling / 2..=ceiling))
     }
 }
 

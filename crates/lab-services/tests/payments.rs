@@ -11,7 +11,7 @@ use lab_services::payments::{self, IN_ACTION};
 use lab_services::{RunningService, ServiceEnv, Voice, launch, provider};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::sync::Notify;
+use std::time::Duration;
 
 const TENANT: &str = "6f1c2d3e-4a5b-4c6d-8e7f-0a1b2c3d4e5f";
 const ORDER: &str = "0b7e4c1a-2d3f-4e5a-9b6c-7d8e9f0a1b2c";
@@ -193,28 +193,19 @@ async fn one_key_one_charge_and_every_retry_answered_as_the_lesson_says() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_call_while_the_first_charges_gets_409_with_retry_after() {
     let f = Arc::new(Fixture::new(None).await);
-    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    f.checkpoints.install(IN_ACTION, {
-        let (entered, release) = (entered.clone(), release.clone());
-        Arc::new(move || {
-            let (entered, release) = (entered.clone(), release.clone());
-            Box::pin(async move {
-                entered.notify_one();
-                release.notified().await;
-            })
-        })
-    });
+    let hold = f.checkpoints.hold(IN_ACTION);
     let first = tokio::spawn({
         let f = f.clone();
         async move { f.pay(Some("K3"), payment(1990)).await }
     });
-    entered.notified().await;
-    f.checkpoints.clear(IN_ACTION);
+    hold.entered(Duration::from_secs(10))
+        .await
+        .expect("the first call reaches the charge");
     let (second, headers, body) = f.pay(Some("K3"), payment(1990)).await;
     assert_eq!(second, StatusCode::CONFLICT);
     assert_eq!(headers["retry-after"], "1");
     assert_eq!(body["error"], "payment_in_progress");
-    release.notify_one();
+    hold.release();
     let (first, _, charge) = first.await.unwrap();
     assert_eq!(first, StatusCode::OK);
     let (third, headers, replayed) = f.pay(Some("K3"), payment(1990)).await;

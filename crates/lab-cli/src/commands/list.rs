@@ -27,9 +27,9 @@ pub fn list(global: &Global, knobs: bool) -> Result<u8, Failure> {
                     "title": render(scenario.name, "title"),
                     "summary": summary,
                     "knobs": declared.iter().map(|k| serde_json::json!({
-                        "name": k.name(),
-                        "default": k.default_value(),
-                        "about": render(scenario.name, &format!("knobs.{}", k.name())),
+                        "name": k.name,
+                        "default": k.default_value().to_string(),
+                        "about": render(scenario.name, &format!("knobs.{}", k.name)),
                     })).collect::<Vec<_>>(),
                 })
             ),
@@ -40,9 +40,9 @@ pub fn list(global: &Global, knobs: bool) -> Result<u8, Failure> {
                         say!(
                             "{:<width$}    --set {}={}: {}",
                             "",
-                            knob.name(),
+                            knob.name,
                             knob.default_value(),
-                            render(scenario.name, &format!("knobs.{}", knob.name()))
+                            render(scenario.name, &format!("knobs.{}", knob.name))
                         );
                     }
                 }

@@ -45,11 +45,11 @@ pub fn page(texts: &Texts, lang: Lang, report: &RunReport) -> String {
         page.push_str(&format!("{}\n\n", common("docs.knobs")));
         for knob in knobs {
             let about = texts
-                .get(name, lang, &format!("knobs.{}", knob.name()))
+                .get(name, lang, &format!("knobs.{}", knob.name))
                 .unwrap_or_default();
             page.push_str(&format!(
                 "- `--set {}={}`: {}\n",
-                knob.name(),
+                knob.name,
                 knob.default_value(),
                 one_line(about)
             ));

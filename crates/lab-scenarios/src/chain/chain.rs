@@ -16,14 +16,11 @@ use std::time::Duration;
 
 use faultproxy::ArmedFault;
 use lab_core::Msg;
+use lab_services::relay::RelayConfig;
 use lab_services::{gateway, orders, payments, provider};
-use serde_json::json;
 
-use super::show_requests;
-use crate::payments::{AMOUNT, CURRENCY, Paid, client, payment, provider_charges, show_charges};
-use crate::{
-    Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
-};
+use crate::kit::payments::{checkout, provider_charges, show_charges, show_requests};
+use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 1,
@@ -39,7 +36,7 @@ pub const SCENARIO: Scenario = Scenario {
         ]),
     },
     knobs: &[],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    run: |ctx| Box::pin(run(ctx)),
 };
 
 /// A fault armed for a call that never comes is a broken script, not a slow machine.
@@ -50,49 +47,6 @@ fn lose_next_answer(ctx: &Ctx, hop: &str) -> Result<ArmedFault, ScenarioError> {
     ctx.faults()?
         .drop_next_answer(hop)
         .ok_or_else(|| ScenarioError::Broken(format!("no embedded proxy on the {hop} hop")))
-}
-
-/// The client pays once through the gateway, narrated.
-async fn checkout(ctx: &Ctx, key: &str) -> Result<Paid, ScenarioError> {
-    let gateway = ctx.service(&gateway::SPEC)?;
-    ctx.narrator.call(
-        "who.client",
-        gateway::NAME,
-        Msg::new("call.checkout")
-            .arg("who", Msg::new("who.client"))
-            .arg("key", key)
-            .arg("amount", AMOUNT)
-            .arg("currency", CURRENCY),
-    );
-    let sent = client()?
-        .post(format!("{}/checkout", gateway.url))
-        .header("Idempotency-Key", key)
-        .json(&payment(AMOUNT))
-        .send()
-        .await?;
-    let status = sent.status().as_u16();
-    let replayed = sent
-        .headers()
-        .get("idempotent-replayed")
-        .is_some_and(|v| v == "true");
-    let body: serde_json::Value = sent.json().await.unwrap_or_default();
-    let ok = (200..300).contains(&status);
-    let paid = Paid {
-        outcome: if ok {
-            lab_core::Outcome::Ok
-        } else {
-            lab_core::Outcome::Fail
-        },
-        status: Some(status),
-        charge: ok
-            .then(|| serde_json::from_value(body.clone()).ok())
-            .flatten(),
-        replayed,
-        retry_after: None,
-        error: body["error"].as_str().map(str::to_string),
-    };
-    ctx.narrator.response(paid.view());
-    Ok(paid)
 }
 
 async fn fired(fault: &ArmedFault) -> bool {
@@ -120,7 +74,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.fact("orders_calls", counts[1]);
     n.fact("payments_calls", counts[2]);
     n.fact("provider_charges", charges.len());
-    n.fact("client_status", paid.status.unwrap_or_default());
+    n.fact("client_status", paid.answer.status_or_zero());
     n.reveal(
         Msg::new("reveal")
             .arg("orders", counts[1] as i64)
@@ -130,13 +84,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     .await?;
 
     n.side("side.new_key");
-    let url = format!("http://{}/config", ctx.service(&orders::SPEC)?.direct);
-    client()?
-        .put(url)
-        .json(&json!({"mint_keys": true}))
-        .send()
-        .await?
-        .error_for_status()?;
+    ctx.configure(&orders::SPEC, &RelayConfig { mint_keys: true })
+        .await?;
     let before = provider_charges(ctx, None).await?.len();
     let lost = lose_next_answer(ctx, payments::NAME)?;
     n.step(Msg::new("step.mint").arg("key", "C2")).await?;

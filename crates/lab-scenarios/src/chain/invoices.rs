@@ -29,6 +29,7 @@ use redis::aio::ConnectionLike;
 use serde_json::{Value, json};
 
 use super::queue::{Delivery, Queue};
+use crate::kit::Caller;
 
 /// How long a sent invoice is remembered: a day, longer than any redelivery.
 pub const RESULT_TTL: Duration = Duration::from_secs(86_400);
@@ -83,6 +84,21 @@ pub enum Handled {
     Failed,
 }
 
+/// What an invoice worker is made of.
+pub struct WorkerConfig<C> {
+    /// Its consumer name in the group, and its label in the story (`worker.<name>`).
+    pub name: &'static str,
+    pub queue: Queue<C>,
+    /// Its coordinator's connection to Redis.
+    pub conn: C,
+    /// Where its coordinator's records live.
+    pub key_prefix: String,
+    pub mailer_url: String,
+    pub narrator: Narrator,
+    pub checkpoints: Checkpoints,
+    pub entries: Entries,
+}
+
 /// One invoice worker: a consumer of the queue, with its own coordinator.
 pub struct InvoiceWorker<C> {
     /// Its consumer name in the group, and its label in the story (`worker.<name>`).
@@ -90,44 +106,27 @@ pub struct InvoiceWorker<C> {
     queue: Queue<C>,
     coordinator: Coordinator<C>,
     mailer_url: String,
-    http: reqwest::Client,
+    http: Caller,
     narrator: Narrator,
     checkpoints: Checkpoints,
     entries: Entries,
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        name: &'static str,
-        queue: Queue<C>,
-        conn: C,
-        key_prefix: &str,
-        mailer_url: String,
-        narrator: Narrator,
-        checkpoints: Checkpoints,
-        entries: Entries,
-    ) -> InvoiceWorker<C> {
+    pub fn new(config: WorkerConfig<C>) -> InvoiceWorker<C> {
+        let policy = Policy::compatible()
+            .in_flight(InFlight::Raise)
+            // Generous, as the payment service's (no outage in this story).
+            .command_timeout(lab_services::payments::DEFAULT_COMMAND_TIMEOUT);
         InvoiceWorker {
-            name,
-            queue,
-            coordinator: Coordinator::new(
-                conn,
-                Policy::compatible()
-                    .in_flight(InFlight::Raise)
-                    // Generous, as the payment service's (no outage in this story).
-                    .command_timeout(lab_services::payments::DEFAULT_COMMAND_TIMEOUT),
-            )
-            .with_prefix(key_prefix),
-            mailer_url,
-            http: reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
-                .timeout(Duration::from_secs(10))
-                .build()
-                .expect("a plain HTTP client builds"),
-            narrator,
-            checkpoints,
-            entries,
+            name: config.name,
+            queue: config.queue,
+            coordinator: Coordinator::new(config.conn, policy).with_prefix(config.key_prefix),
+            mailer_url: config.mailer_url,
+            http: Caller::new(),
+            narrator: config.narrator,
+            checkpoints: config.checkpoints,
+            entries: config.entries,
         }
     }
 
@@ -256,6 +255,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
             ),
         };
         self.http
+            .http()
             .post(format!("{}/emails", self.mailer_url))
             .json(&email)
             .send()

@@ -19,12 +19,7 @@ pub mod queue;
 pub mod chain;
 pub mod worker;
 
-use lab_core::{Msg, Table};
-use serde_json::Value;
-
-use crate::payments::client;
 use crate::scenario::Lesson;
-use crate::{Ctx, ScenarioError};
 
 /// The lesson: its state is in Redis and in the services, so no tables of its own.
 pub const LESSON: Lesson = Lesson {
@@ -32,42 +27,3 @@ pub const LESSON: Lesson = Lesson {
     order: 3,
     schema: "",
 };
-
-/// How many requests a relay (or the payment service) received, from its own `GET /stats`.
-pub async fn requests_received(
-    ctx: &Ctx,
-    spec: &lab_services::ServiceSpec,
-) -> Result<u64, ScenarioError> {
-    let direct = ctx.service(spec)?.direct;
-    let body: Value = client()?
-        .get(format!("http://{direct}/stats"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    body["requests"]
-        .as_u64()
-        .ok_or_else(|| ScenarioError::Broken(format!("{}: no request count", spec.name)))
-}
-
-/// Shows how many requests each service of `specs` received, read from each one.
-pub async fn show_requests(
-    ctx: &Ctx,
-    specs: &[&lab_services::ServiceSpec],
-) -> Result<Vec<u64>, ScenarioError> {
-    let mut counts = Vec::new();
-    for spec in specs {
-        counts.push(requests_received(ctx, spec).await?);
-    }
-    ctx.narrator.state(Table {
-        title: Msg::new("table.requests"),
-        columns: ["service", "requests"].map(String::from).to_vec(),
-        rows: specs
-            .iter()
-            .zip(&counts)
-            .map(|(spec, count)| vec![spec.name.to_string(), count.to_string()])
-            .collect(),
-    });
-    Ok(counts)
-}

@@ -21,22 +21,19 @@
 //! Facts: `emails_sent` = 2, `v1_redelivery_email_id` = "em_1", `recipient_change_rejected` =
 //! true, `in_progress_not_acked` = true, `all_jobs_settled` = true.
 
-use lab_core::trace::backstage;
-use std::sync::Arc;
 use std::time::Duration;
 
+use lab_core::trace::backstage;
 use lab_core::{Msg, Table};
 use lab_services::mailer;
-use serde_json::Value;
-use tokio::sync::Notify;
-
-use super::invoices::{BEFORE_ACK, Entries, Handled, InvoiceWorker, SENDING};
-use super::queue::{InvoiceJob, Queue, VISIBILITY_TIMEOUT};
-use crate::payments::{ORDER, TENANT, client, redis};
-use crate::{
-    Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
-};
 use lab_services::stage::REDIS_HOP;
+use serde::Deserialize;
+
+use super::invoices::{BEFORE_ACK, Entries, Handled, InvoiceWorker, SENDING, WorkerConfig};
+use super::queue::{InvoiceJob, Queue, VISIBILITY_TIMEOUT};
+use crate::kit::payments::{ORDER, TENANT};
+use crate::kit::{Caller, redis};
+use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 2,
@@ -47,18 +44,16 @@ pub const SCENARIO: Scenario = Scenario {
         faults: FaultUse::Toxics(&[Hop::Redis]),
     },
     knobs: &[],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    run: |ctx| Box::pin(run(ctx)),
 };
 
 const ANNA: &str = "anna@example.com";
 const BORIS: &str = "boris@example.com";
-/// A state the lab waits for that does not come within this is a broken script.
-const LIMIT: Duration = Duration::from_secs(10);
 
 fn job(version: u32, email: &str) -> InvoiceJob {
     InvoiceJob {
-        tenant_id: TENANT.into(),
-        order_id: ORDER.into(),
+        tenant_id: TENANT.to_string(),
+        order_id: ORDER.to_string(),
         invoice_version: version,
         email: email.into(),
     }
@@ -68,7 +63,7 @@ type Conn = lab_services::spec::RedisLink;
 
 struct Setup {
     /// The queue as the lab sees it: directly, never through the cut link.
-    inspector: Queue<lab_core::trace::Traced<redis::aio::MultiplexedConnection>>,
+    inspector: Queue<redis::Conn>,
     a: InvoiceWorker<Conn>,
     b: InvoiceWorker<Conn>,
     entries: Entries,
@@ -76,22 +71,22 @@ struct Setup {
 
 async fn setup(ctx: &Ctx) -> Result<Setup, ScenarioError> {
     let prefix = &ctx.space.prefix;
-    let inspector = Queue::open(redis(ctx)?, prefix, "invoices").await?;
+    let inspector = Queue::open(ctx.redis()?, prefix, "invoices").await?;
     // The workers reach Redis the way the services do: through the link the lab can cut.
     let link = lab_services::spec::redis_connection(ctx.redis_link()?)?;
     let mailer_url = ctx.service(&mailer::SPEC)?.url.clone();
     let entries = Entries::default();
     let worker = |name| -> Result<InvoiceWorker<Conn>, ScenarioError> {
-        Ok(InvoiceWorker::new(
+        Ok(InvoiceWorker::new(WorkerConfig {
             name,
-            inspector.on(link.clone()),
-            link.clone(),
-            &format!("{prefix}{}", idem::DEFAULT_PREFIX),
-            mailer_url.clone(),
-            ctx.narrator.clone(),
-            ctx.checkpoints.clone(),
-            entries.clone(),
-        ))
+            queue: inspector.on(link.clone()),
+            conn: link.clone(),
+            key_prefix: format!("{prefix}{}", idem::DEFAULT_PREFIX),
+            mailer_url: mailer_url.clone(),
+            narrator: ctx.narrator.clone(),
+            checkpoints: ctx.checkpoints.clone(),
+            entries: entries.clone(),
+        }))
     };
     Ok(Setup {
         a: worker("a")?,
@@ -150,19 +145,20 @@ fn pending_table(pending: &[super::queue::Pending], entries: &Entries) -> Table 
     }
 }
 
+/// The mailer's list of emails, as `GET /emails` answers it.
+#[derive(Deserialize)]
+struct Emails {
+    emails: Vec<mailer::Email>,
+}
+
 /// The mailer's own list of emails.
 #[tracing::instrument(name = "lab.backstage", skip_all)]
 async fn emails(ctx: &Ctx) -> Result<Vec<mailer::Email>, ScenarioError> {
     let direct = ctx.service(&mailer::SPEC)?.direct;
-    let body: Value = client()?
-        .get(format!("http://{direct}/emails"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
+    let list: Emails = Caller::new()
+        .get_json(&format!("http://{direct}/emails"))
         .await?;
-    serde_json::from_value(body["emails"].clone())
-        .map_err(|e| ScenarioError::Broken(format!("the mailer's list: {e}")))
+    Ok(list.emails)
 }
 
 async fn show_emails(ctx: &Ctx) -> Result<usize, ScenarioError> {
@@ -188,61 +184,54 @@ async fn timeout_passes(s: &Setup) -> Result<(), ScenarioError> {
     Ok(())
 }
 
-/// Installs a one-time hook at `point`: signals `entered`, then waits for `release`.
-fn hold_at(ctx: &Ctx, point: &'static str) -> (Arc<Notify>, Arc<Notify>) {
-    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    ctx.checkpoints.install(point, {
-        let (entered, release) = (entered.clone(), release.clone());
-        Arc::new(move || {
-            let (entered, release) = (entered.clone(), release.clone());
-            Box::pin(async move {
-                entered.notify_one();
-                release.notified().await;
-            })
-        })
-    });
-    (entered, release)
-}
-
 fn broken(what: &str) -> ScenarioError {
     ScenarioError::Broken(what.to_string())
 }
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
-    let n = &ctx.narrator;
     let s = setup(ctx).await?;
-    let faults = ctx.faults()?;
+    ack_lost(ctx, &s).await?;
+    redelivery_replays(ctx, &s).await?;
+    duplicate_meets_a_send(ctx, &s).await?;
+    // Step 4: the duplicate comes back, and replays.
+    ctx.narrator.step("step.comes_back").await?;
+    timeout_passes(&s).await?;
+    s.a.take_redelivered().await?;
+    show_pending(ctx, &s).await?;
+    another_recipient(ctx, &s).await?;
+    settled(ctx, &s).await?;
+    ctx.narrator.explain();
+    ctx.narrator.quiz();
+    Ok(())
+}
 
-    // 1. Sent, stored, and the ack lost.
+/// Step 1: worker A sends invoice v1, the result is stored, and its ack is lost (the workers'
+/// Redis link is taken off the network while A is about to acknowledge, and put back after).
+async fn ack_lost(ctx: &Ctx, s: &Setup) -> ScenarioResult {
+    let (n, faults) = (&ctx.narrator, ctx.faults()?);
     n.step("step.publish_v1").await?;
-    publish(ctx, &s, &job(1, ANNA)).await?;
+    publish(ctx, s, &job(1, ANNA)).await?;
     n.step("step.a_sends").await?;
-    let (at_ack, ack_goes_on) = hold_at(ctx, BEFORE_ACK);
-    let first = s.a.take_new();
-    tokio::pin!(first);
-    tokio::select! {
-        reached = tokio::time::timeout(LIMIT, at_ack.notified()) => {
-            reached.map_err(|_| broken("worker A never reached its ack"))?;
-        }
-        _ = &mut first => return Err(broken("worker A finished before its ack")),
-    }
-    ctx.checkpoints.clear(BEFORE_ACK);
+    let at_ack = ctx.hold(BEFORE_ACK).call(s.a.take_new()).await?;
     faults.set_enabled(REDIS_HOP, false).await?;
     n.note("note.link_cut");
-    ack_goes_on.notify_one();
-    let first = first.await?;
+    let first = at_ack.release().await?;
     faults.set_enabled(REDIS_HOP, true).await?;
     n.note("note.link_back");
     if !matches!(first, Some(Handled::Sent { acked: false, .. })) {
         return Err(broken("the first ack was not lost"));
     }
-    show_pending(ctx, &s).await?;
+    show_pending(ctx, s).await?;
     show_emails(ctx).await?;
+    Ok(())
+}
 
-    // 2. The redelivery replays.
+/// Step 2: the entry is claimed again after its idle time, and the coordinator replays em_1.
+async fn redelivery_replays(ctx: &Ctx, s: &Setup) -> ScenarioResult {
+    let n = &ctx.narrator;
     n.predict("predict").await?;
     n.step("step.redelivery").await?;
-    timeout_passes(&s).await?;
+    timeout_passes(s).await?;
     let redelivered = s.b.take_redelivered().await?;
     let v1_again = match &redelivered {
         Some(Handled::Replayed { email_id, .. } | Handled::Sent { email_id, .. }) => {
@@ -251,35 +240,28 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         _ => String::new(),
     };
     n.fact("v1_redelivery_email_id", v1_again.as_str());
-    show_pending(ctx, &s).await?;
+    show_pending(ctx, s).await?;
     let after_redelivery = show_emails(ctx).await?;
     n.reveal(
         Msg::new("reveal")
             .arg("id", v1_again.as_str())
             .arg("emails", after_redelivery),
     )
-    .await?;
+    .await
+    .map_err(Into::into)
+}
 
-    // 3. A duplicate meets a send in progress.
+/// Step 3: invoice v2 is published twice; worker A's send is held inside the mailer call while
+/// worker B gets the duplicate, meets the reservation, and does not acknowledge.
+async fn duplicate_meets_a_send(ctx: &Ctx, s: &Setup) -> ScenarioResult {
+    let n = &ctx.narrator;
     n.step("step.publish_v2").await?;
-    publish(ctx, &s, &job(2, ANNA)).await?;
-    publish(ctx, &s, &job(2, ANNA)).await?;
-    let (sending, send_goes_on) = hold_at(ctx, SENDING);
-    let a_sends = s.a.take_new();
-    tokio::pin!(a_sends);
-    tokio::select! {
-        reached = tokio::time::timeout(LIMIT, sending.notified()) => {
-            reached.map_err(|_| broken("worker A never started sending v2"))?;
-        }
-        _ = &mut a_sends => return Err(broken("worker A finished v2 before sending")),
-    }
-    ctx.checkpoints.clear(SENDING);
+    publish(ctx, s, &job(2, ANNA)).await?;
+    publish(ctx, s, &job(2, ANNA)).await?;
+    let mut a_sends = ctx.hold(SENDING).call(s.a.take_new()).await?;
     n.step("step.b_meets").await?;
-    let b_meets = tokio::select! {
-        handled = s.b.take_new() => handled?,
-        _ = &mut a_sends => return Err(broken("worker A's send was released early")),
-    };
-    let pending = show_pending(ctx, &s).await?;
+    let b_meets = a_sends.meanwhile(s.b.take_new()).await??;
+    let pending = show_pending(ctx, s).await?;
     // The duplicate of v2 is the third entry published.
     let duplicate = s.entries.id(3).unwrap_or_default();
     n.fact(
@@ -290,19 +272,17 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
                 .any(|p| p.entry == duplicate && p.consumer == "b"),
     );
     n.step("step.a_finishes").await?;
-    send_goes_on.notify_one();
-    a_sends.await?;
-    show_pending(ctx, &s).await?;
+    a_sends.release().await?;
+    show_pending(ctx, s).await?;
+    Ok(())
+}
 
-    // 4. The duplicate comes back, and replays.
-    n.step("step.comes_back").await?;
-    timeout_passes(&s).await?;
-    s.a.take_redelivered().await?;
-    show_pending(ctx, &s).await?;
-
-    // 5. Another recipient for version 1.
+/// Step 5: invoice v1 again, to another recipient, is refused by its fingerprint and
+/// dead-lettered.
+async fn another_recipient(ctx: &Ctx, s: &Setup) -> ScenarioResult {
+    let n = &ctx.narrator;
     n.step("step.recipient").await?;
-    publish(ctx, &s, &job(1, BORIS)).await?;
+    publish(ctx, s, &job(1, BORIS)).await?;
     let before = emails(ctx).await?.len();
     let refused = s.b.take_new().await?;
     let dead = backstage(s.inspector.dead_letters()).await?;
@@ -313,9 +293,14 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
             && dead.iter().any(|(job, _)| job.email == BORIS)
             && emails(ctx).await?.len() == before,
     );
+    Ok(())
+}
 
+/// Every job settled: nothing pending, nothing undelivered, and the emails the mailer sent.
+async fn settled(ctx: &Ctx, s: &Setup) -> ScenarioResult {
+    let n = &ctx.narrator;
     n.step("step.settled").await?;
-    let pending = show_pending(ctx, &s).await?;
+    let pending = show_pending(ctx, s).await?;
     let undelivered = backstage(s.inspector.undelivered()).await?;
     let sent = show_emails(ctx).await?;
     n.fact("emails_sent", sent);
@@ -323,11 +308,9 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.note(
         Msg::new("note.settled")
             .arg("pending", pending.len())
-            .arg("undelivered", undelivered as i64)
+            .arg("undelivered", undelivered)
             .arg("emails", sent),
     );
-    n.explain();
-    n.quiz();
     Ok(())
 }
 

@@ -19,21 +19,15 @@
 //! `in_flight_retry_after` = "1", `k3_replay_same_charge` = true, `provider_charges` = 3 (the
 //! guarded side), `invalid_key_unguarded_charges` = 2.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use lab_core::Msg;
-use lab_services::payments::{self, IN_ACTION};
-use serde_json::json;
-use tokio::sync::Notify;
+use lab_services::payments::{self, IN_ACTION, PaymentChange};
 
 use super::{
-    AMOUNT, client, configure_payments, patient_client, pay, pay_msg, payment_service,
-    provider_charges, provider_key, send_pay, show_charges, show_records,
+    AMOUNT, Paid, configure_payments, pay, pay_msg, provider_charges, provider_key, send_pay,
+    show_charges, show_records,
 };
-use crate::{
-    Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
-};
+use crate::kit::{Caller, Knob};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 1,
@@ -43,12 +37,19 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&payments::SPEC],
         faults: FaultUse::None,
     },
-    knobs: &[Knob::Switch {
-        name: "key_guard",
-        default: true,
-    }],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    knobs: &[KEY_GUARD.spec],
+    run: |ctx| Box::pin(run(ctx)),
 };
+
+/// The payment service answers 400 to an invalid key before the coordinator sees it.
+const KEY_GUARD: Knob<bool> = Knob::switch("key_guard", true);
+/// The guard off: the broken side, and what `--set key_guard=false` makes of the whole story.
+fn unguarded() -> PaymentChange {
+    PaymentChange {
+        key_guard: Some(false),
+        ..PaymentChange::default()
+    }
+}
 
 const K1: &str = "K1";
 const K2: &str = "K2";
@@ -57,8 +58,6 @@ const K3: &str = "K3";
 const CHANGED_AMOUNT: i64 = 2490;
 /// A key with a colon: the coordinator's record key is `<prefix><operation>:<key>`.
 const COLON_KEY: &str = "order:1";
-/// A service that never reaches its checkpoint within this is broken, not slow.
-const HOLD_LIMIT: Duration = Duration::from_secs(10);
 
 /// The three invalid keys, and how the narrative names each.
 fn invalid_keys() -> [(String, Msg); 3] {
@@ -74,8 +73,8 @@ fn invalid_keys() -> [(String, Msg); 3] {
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
-    if !ctx.switch("key_guard")? {
-        configure_payments(ctx, json!({"key_guard": false})).await?;
+    if !ctx.knob(&KEY_GUARD)? {
+        configure_payments(ctx, unguarded()).await?;
     }
 
     n.step(Msg::new("step.pay").arg("key", K1)).await?;
@@ -87,7 +86,9 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let again = pay(ctx, K1, AMOUNT).await?;
     n.fact(
         "replay_same_charge",
-        again.replayed && again.charge_id().is_some() && again.charge_id() == first.charge_id(),
+        again.answer.replayed
+            && again.charge_id().is_some()
+            && again.charge_id() == first.charge_id(),
     );
 
     n.step(
@@ -97,7 +98,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     )
     .await?;
     let changed = pay(ctx, K1, CHANGED_AMOUNT).await?;
-    n.fact("changed_amount_status", changed.status.unwrap_or_default());
+    n.fact("changed_amount_status", changed.answer.status_or_zero());
 
     n.step(Msg::new("step.new_key").arg("key", K2)).await?;
     let second = pay(ctx, K2, AMOUNT).await?;
@@ -112,39 +113,41 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     for (key, shown) in invalid_keys() {
         n.note(Msg::new("note.invalid_key").arg("key", shown));
         let paid = pay(ctx, &key, AMOUNT).await?;
-        statuses.push(paid.status.unwrap_or_default());
+        statuses.push(paid.answer.status_or_zero());
     }
     n.fact("invalid_key_statuses", statuses);
 
     let (in_flight, third) = overlap_k3(ctx).await?;
-    n.fact("in_flight_status", in_flight.status.unwrap_or_default());
+    n.fact("in_flight_status", in_flight.answer.status_or_zero());
     n.fact(
         "in_flight_retry_after",
-        in_flight.retry_after.clone().unwrap_or_default(),
+        in_flight.answer.retry_after.clone().unwrap_or_default(),
     );
 
     n.step(Msg::new("step.k3_again").arg("key", K3)).await?;
     let replay = pay(ctx, K3, AMOUNT).await?;
     n.fact(
         "k3_replay_same_charge",
-        replay.replayed && replay.charge_id().is_some() && replay.charge_id() == third.charge_id(),
+        replay.answer.replayed
+            && replay.charge_id().is_some()
+            && replay.charge_id() == third.charge_id(),
     );
     show_records(ctx, &[K1, K2, K3]).await?;
     let charges = show_charges(ctx).await?;
     n.fact("provider_charges", charges.len());
     n.reveal(
         Msg::new("reveal")
-            .arg("status", in_flight.status.unwrap_or_default())
+            .arg("status", in_flight.answer.status_or_zero())
             .arg(
                 "retry_after",
-                in_flight.retry_after.clone().unwrap_or_default(),
+                in_flight.answer.retry_after.clone().unwrap_or_default(),
             )
             .arg("charges", charges.len()),
     )
     .await?;
 
     n.side("side.unguarded");
-    configure_payments(ctx, json!({"key_guard": false})).await?;
+    configure_payments(ctx, unguarded()).await?;
     n.step(Msg::new("step.unguarded").arg("key", COLON_KEY))
         .await?;
     for _ in 0..2 {
@@ -163,59 +166,29 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 
 /// Two calls with K3 at once: the first is held inside the charge until the second has its
 /// answer. Returns the second's answer and the first's.
-async fn overlap_k3(ctx: &Ctx) -> Result<(super::Paid, super::Paid), ScenarioError> {
+async fn overlap_k3(ctx: &Ctx) -> Result<(Paid, Paid), ScenarioError> {
     let n = &ctx.narrator;
-    let service = payment_service(ctx)?;
-    let entered = Arc::new(Notify::new());
-    let release = Arc::new(Notify::new());
-    ctx.checkpoints.install(IN_ACTION, {
-        let (entered, release) = (entered.clone(), release.clone());
-        Arc::new(move || {
-            let (entered, release) = (entered.clone(), release.clone());
-            Box::pin(async move {
-                entered.notify_one();
-                release.notified().await;
-            })
-        })
-    });
+    let url = ctx.service(&payments::SPEC)?.url.clone();
 
     n.step(Msg::new("step.k3_first").arg("key", K3)).await?;
     n.call("who.first", payments::NAME, pay_msg("first", K3, AMOUNT));
-    let first_client = patient_client()?;
-    let first = send_pay(&first_client, service, K3, AMOUNT);
-    tokio::pin!(first);
-    // Drive the first call until it is inside the charge; it cannot finish before `release`.
-    tokio::select! {
-        _ = tokio::time::timeout(HOLD_LIMIT, entered.notified()) => {}
-        done = &mut first => {
-            return Err(ScenarioError::Broken(format!(
-                "the first K3 call finished before it reached the charge: {:?}",
-                done.map(|p| p.status)
-            )));
-        }
-    }
-    ctx.checkpoints.clear(IN_ACTION);
+    // Patient: it waits inside the charge for as long as the learner reads.
+    let first_caller = Caller::patient();
+    let mut first = ctx
+        .hold(IN_ACTION)
+        .call(send_pay(&first_caller, &url, K3, AMOUNT))
+        .await?;
     show_records(ctx, &[K3]).await?;
 
     n.predict("predict").await?;
     n.step(Msg::new("step.k3_second").arg("key", K3)).await?;
     n.call("who.second", payments::NAME, pay_msg("second", K3, AMOUNT));
-    let (second, first) = {
-        let second_client = client()?;
-        let second = send_pay(&second_client, service, K3, AMOUNT);
-        // The first call stays held while the second is answered.
-        let second = tokio::select! {
-            second = second => second?,
-            _ = &mut first => {
-                return Err(ScenarioError::Broken("the first K3 call was released early".into()));
-            }
-        };
-        n.response(second.view());
-        n.step("step.k3_release").await?;
-        release.notify_one();
-        let first = first.await?;
-        (second, first)
-    };
+    let second = first
+        .meanwhile(send_pay(&Caller::new(), &url, K3, AMOUNT))
+        .await?;
+    n.response(second.view());
+    n.step("step.k3_release").await?;
+    let first = first.release().await;
     n.response(first.view());
     Ok((second, first))
 }

@@ -18,9 +18,7 @@ use lab_core::Msg;
 use lab_services::{payments, provider};
 
 use super::{AMOUNT, pay, provider_charges, provider_dedup, provider_key, show_charges};
-use crate::{
-    Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
-};
+use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 2,
@@ -31,7 +29,7 @@ pub const SCENARIO: Scenario = Scenario {
         faults: FaultUse::OneShot(&[Hop::Service(&provider::SPEC)]),
     },
     knobs: &[],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    run: |ctx| Box::pin(run(ctx)),
 };
 
 const K1: &str = "K1";
@@ -70,10 +68,7 @@ async fn lost_then_retried(
     }
     n.step(Msg::new("step.retry").arg("key", key)).await?;
     let retry = pay(ctx, key, AMOUNT).await?;
-    Ok((
-        first.status.unwrap_or_default(),
-        retry.status.unwrap_or_default(),
-    ))
+    Ok((first.answer.status_or_zero(), retry.answer.status_or_zero()))
 }
 
 async fn run(ctx: &Ctx) -> ScenarioResult {

@@ -16,16 +16,13 @@
 //! `charges_fail_closed` = 0, `fail_closed_status` = 503, and `every_call_answered` = true.
 
 use lab_core::Msg;
-use lab_services::payments;
-use serde_json::json;
+use lab_services::payments::{self, PaymentChange, PolicyName};
 
 use super::{
-    AMOUNT, configure_payments, pay, provider_charges, provider_dedup, provider_key, redis,
-    show_charges, show_records,
+    AMOUNT, configure_payments, pay, provider_charges, provider_dedup, provider_key, show_charges,
+    show_records,
 };
-use crate::{
-    Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
-};
+use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
 use lab_services::stage::REDIS_HOP;
 
 pub const SCENARIO: Scenario = Scenario {
@@ -37,7 +34,7 @@ pub const SCENARIO: Scenario = Scenario {
         faults: FaultUse::Toxics(&[Hop::Redis]),
     },
     knobs: &[],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    run: |ctx| Box::pin(run(ctx)),
 };
 
 const K1: &str = "K1";
@@ -50,7 +47,7 @@ const K3: &str = "K3";
 async fn pay_twice(ctx: &Ctx, key: &str) -> Result<bool, ScenarioError> {
     let mut answered = true;
     for _ in 0..2 {
-        answered &= pay(ctx, key, AMOUNT).await?.status.is_some();
+        answered &= pay(ctx, key, AMOUNT).await?.answer.status.is_some();
     }
     Ok(answered)
 }
@@ -60,14 +57,15 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 
     // The bound this lesson is about: idem's own 250 ms (the service's default is generous, so
     // that a loaded machine never times out a healthy Redis in the other stories).
-    configure_payments(
-        ctx,
-        json!({"command_timeout_ms": idem::Policy::compatible().command_timeout.as_millis() as u64}),
-    )
-    .await?;
+    let idem_bound = idem::Policy::compatible().command_timeout;
+    let change = PaymentChange {
+        command_timeout_ms: Some(u64::try_from(idem_bound.as_millis()).unwrap_or(u64::MAX)),
+        ..PaymentChange::default()
+    };
+    configure_payments(ctx, change).await?;
     ctx.faults()?.black_hole(REDIS_HOP).await?;
     n.step("step.cut").await?;
-    let pong: String = redis::cmd("PING").query_async(&mut redis(ctx)?).await?;
+    let pong: String = redis::cmd("PING").query_async(&mut ctx.redis()?).await?;
     n.note(Msg::new("note.redis_alive").arg("reply", pong));
 
     n.side("side.fail_open");
@@ -90,13 +88,17 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 
     n.side("side.fail_closed");
     provider_dedup(ctx, false).await?;
-    configure_payments(ctx, json!({"policy": "hardened"})).await?;
+    let hardened = PaymentChange {
+        policy: Some(PolicyName::Hardened),
+        ..PaymentChange::default()
+    };
+    configure_payments(ctx, hardened).await?;
     n.step(Msg::new("step.fail_closed").arg("key", K3)).await?;
     let closed = pay(ctx, K3, AMOUNT).await?;
-    answered &= closed.status.is_some();
+    answered &= closed.answer.status.is_some();
     let fail_closed = provider_charges(ctx, Some(&provider_key(K3))).await?.len();
     show_charges(ctx).await?;
-    n.fact("fail_closed_status", closed.status.unwrap_or_default());
+    n.fact("fail_closed_status", closed.answer.status_or_zero());
     n.fact("charges_fail_closed", fail_closed);
 
     n.fact("every_call_answered", answered);

@@ -17,23 +17,21 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument as _;
 
 use idem::{Coordinator, InFlight, Policy, Request};
 use lab_core::{Msg, Table};
-use lab_services::payments::{self, IN_ACTION};
-use serde_json::json;
+use lab_services::payments::{self, IN_ACTION, PaymentChange, PolicyName};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use super::{
-    AMOUNT, CURRENCY, ORDER, Paid, configure_payments, operation, patient_client, pay, pay_as,
-    pay_msg, payment_service, provider_charges, provider_key, pttl_secs, record_key, redis,
-    send_pay, show_charges, show_records, shown_key,
+    AMOUNT, CURRENCY, ORDER, configure_payments, operation, pay, pay_as, pay_msg, provider_charges,
+    provider_key, record_key, send_pay, show_charges, show_records, shown_key,
 };
-use crate::{
-    Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
-};
+use crate::kit::redis::{self, expire_now, ttl_secs, wait_until_gone};
+use crate::kit::{Caller, Knob};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 4,
@@ -43,18 +41,14 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&payments::SPEC],
         faults: FaultUse::None,
     },
-    knobs: &[Knob::Millis {
-        name: "short_lease_ms",
-        default: SHORT_LEASE.as_millis() as u64,
-    }],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    knobs: &[SHORT_LEASE.spec],
+    run: |ctx| Box::pin(run(ctx)),
 };
 
 /// The TTLs of part (b), in seconds.
 const TTLS: [u64; 3] = [3600, 90, 30];
-/// Part (d)'s lease: short, so that it really lapses (or is really renewed) while the lab waits
-/// (knob `short_lease_ms`).
-const SHORT_LEASE: Duration = Duration::from_millis(600);
+/// Part (d)'s lease: short, so that it really lapses (or is really renewed) while the lab waits.
+const SHORT_LEASE: Knob<Duration> = Knob::millis("short_lease_ms", 600, 1..=600_000);
 /// A state the lab waits for that does not come within this is a broken script.
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -66,7 +60,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     pay(ctx, "K1", AMOUNT).await?;
     show_records(ctx, &["K1"]).await?;
     n.step("step.result_expires").await?;
-    expire_now(ctx, &record_key(ctx, "K1")).await?;
+    expire_now(&mut ctx.redis()?, &record_key(ctx, "K1")).await?;
     show_records(ctx, &["K1"]).await?;
     n.step(Msg::new("step.same_key").arg("key", "K1")).await?;
     pay(ctx, "K1", AMOUNT).await?;
@@ -81,14 +75,22 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     crashed_holder(ctx).await?;
 
     n.side("side.slow");
-    let short_lease = ctx.millis("short_lease_ms")?;
-    configure_payments(ctx, json!({"lease_ms": short_lease.as_millis() as u64})).await?;
+    let short_lease = ctx.knob(&SHORT_LEASE)?;
+    let change = PaymentChange {
+        lease_ms: Some(millis(short_lease)),
+        ..PaymentChange::default()
+    };
+    configure_payments(ctx, change).await?;
     let compatible = slow_first(ctx, "K4", false, short_lease).await?;
     n.fact("charges_after_lease_expiry", compatible);
     n.reveal(Msg::new("reveal").arg("charges", compatible))
         .await?;
 
-    configure_payments(ctx, json!({"policy": "hardened"})).await?;
+    let hardened = PaymentChange {
+        policy: Some(PolicyName::Hardened),
+        ..PaymentChange::default()
+    };
+    configure_payments(ctx, hardened).await?;
     n.step("step.hardened").await?;
     let hardened = slow_first(ctx, "K5", true, short_lease).await?;
     n.fact("charges_hardened", hardened);
@@ -99,46 +101,17 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     Ok(())
 }
 
-/// Simulated time: cuts a key's remaining life to 1 ms, then waits (by watching Redis) until it
-/// is gone, instead of waiting out its TTL or lease.
-async fn expire_now(ctx: &Ctx, key: &str) -> Result<(), ScenarioError> {
-    let mut conn = redis(ctx)?;
-    let _: i64 = redis::cmd("PEXPIRE")
-        .arg(key)
-        .arg(1)
-        .query_async(&mut conn)
-        .await?;
-    wait_until_gone(ctx, key).await
-}
-
-/// Waits until `key` no longer exists in Redis (it expired), watching Redis itself.
-#[tracing::instrument(name = "lab.backstage", skip_all)]
-async fn wait_until_gone(ctx: &Ctx, key: &str) -> Result<(), ScenarioError> {
-    let mut conn = redis(ctx)?;
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let exists: i64 = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await?;
-        if exists == 0 {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(ScenarioError::Broken(format!("{key} never expired")));
-        }
-        // Polling Redis for an expiry that is due within milliseconds.
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+/// A duration in whole milliseconds, as narratives and the service's switches take it.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A coordinator as the payment service builds it, for the parts that drive the coordinator
 /// directly: the same prefix, so both see the same records.
-fn coordinator(
-    ctx: &Ctx,
-    policy: Policy,
-) -> Result<Coordinator<lab_core::trace::Traced<redis::aio::MultiplexedConnection>>, ScenarioError>
-{
+fn coordinator(ctx: &Ctx, policy: Policy) -> Result<Coordinator<redis::Conn>, ScenarioError> {
     // The service's generous bound: no outage in this story.
     let policy = policy.command_timeout(payments::DEFAULT_COMMAND_TIMEOUT);
-    Ok(Coordinator::new(redis(ctx)?, policy).with_prefix(payments::key_prefix(&ctx.space.prefix)))
+    Ok(Coordinator::new(ctx.redis()?, policy).with_prefix(payments::key_prefix(&ctx.space.prefix)))
 }
 
 /// (b) The compatible coordinator's TTLs, read back with PTTL.
@@ -146,25 +119,22 @@ async fn ttl_rounding(ctx: &Ctx) -> Result<(), ScenarioError> {
     let n = &ctx.narrator;
     n.step("step.ttl").await?;
     let coordinator = coordinator(ctx, Policy::compatible())?;
-    let mut conn = redis(ctx)?;
+    let mut conn = ctx.redis()?;
     let mut rows = Vec::new();
     // Each key with its Redis key and the TTL it was stored with, to read its PTTL again.
     let mut keys = Vec::new();
     for ttl in TTLS {
         let key = format!("ttl-{ttl}");
+        let stored = serde_json::json!({"stored": true});
         coordinator
             .coordinate(
                 Request::new("ttl.demo", &key, Duration::from_secs(ttl)),
-                |_| async { Ok::<_, std::convert::Infallible>(json!({"stored": true})) },
+                |_| async { Ok::<_, std::convert::Infallible>(stored) },
             )
             .await
             .map_err(|e| ScenarioError::Broken(format!("the TTL demo call failed: {e}")))?;
         let redis_key = coordinator.record_key("ttl.demo", &key);
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&redis_key)
-            .query_async(&mut conn)
-            .await?;
-        let observed = pttl_secs(pttl);
+        let observed = ttl_secs(&mut conn, &redis_key).await?;
         n.fact(&format!("ttl_{ttl}_observed"), observed);
         let shown = shown_key(ctx, &redis_key);
         rows.push(ttl_row(&shown, ttl, observed));
@@ -182,16 +152,12 @@ async fn ttl_rounding(ctx: &Ctx) -> Result<(), ScenarioError> {
 
 /// The TTL demo's keys as Redis has them now: each key, the TTL it was stored with, its PTTL.
 async fn ttls_table(
-    mut conn: lab_core::trace::Traced<redis::aio::MultiplexedConnection>,
+    mut conn: redis::Conn,
     keys: &[(String, String, u64)],
 ) -> Result<Table, ScenarioError> {
     let mut rows = Vec::new();
     for (redis_key, shown, ttl) in keys {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(redis_key)
-            .query_async(&mut conn)
-            .await?;
-        rows.push(ttl_row(shown, *ttl, pttl_secs(pttl)));
+        rows.push(ttl_row(shown, *ttl, ttl_secs(&mut conn, redis_key).await?));
     }
     Ok(ttls_of(rows))
 }
@@ -211,11 +177,11 @@ fn ttls_of(rows: Vec<Vec<String>>) -> Table {
 }
 
 /// (c) A holder that crashes inside the action: its reservation stays until the lease lapses.
+/// The holder is the lab's own coordinator call, abandoned (its task aborted) once it is inside.
 async fn crashed_holder(ctx: &Ctx) -> Result<(), ScenarioError> {
     let n = &ctx.narrator;
     const K3: &str = "K3";
-    let order = uuid::Uuid::parse_str(ORDER).expect("a UUID");
-    let fingerprint = payments::fingerprint(&order, AMOUNT, CURRENCY);
+    let fingerprint = payments::fingerprint(&ORDER, AMOUNT, CURRENCY);
     let coordinator = coordinator(ctx, Policy::compatible().in_flight(InFlight::Raise))?;
     let operation = operation();
     let inside = Arc::new(Notify::new());
@@ -246,10 +212,10 @@ async fn crashed_holder(ctx: &Ctx) -> Result<(), ScenarioError> {
     n.step(Msg::new("step.retry_crashed").arg("key", K3))
         .await?;
     let refused = pay(ctx, K3, AMOUNT).await?;
-    n.fact("crashed_holder_status", refused.status.unwrap_or_default());
+    n.fact("crashed_holder_status", refused.answer.status_or_zero());
 
     n.step("step.lease_lapses").await?;
-    expire_now(ctx, &record_key(ctx, K3)).await?;
+    expire_now(&mut ctx.redis()?, &record_key(ctx, K3)).await?;
     pay(ctx, K3, AMOUNT).await?;
     show_records(ctx, &[K3]).await?;
     Ok(())
@@ -264,61 +230,34 @@ async fn slow_first(
     lease: Duration,
 ) -> Result<usize, ScenarioError> {
     let n = &ctx.narrator;
-    let service = payment_service(ctx)?;
-    let entered = Arc::new(Notify::new());
-    let release = Arc::new(Notify::new());
-    ctx.checkpoints.install(IN_ACTION, {
-        let (entered, release) = (entered.clone(), release.clone());
-        Arc::new(move || {
-            let (entered, release) = (entered.clone(), release.clone());
-            Box::pin(async move {
-                entered.notify_one();
-                release.notified().await;
-            })
-        })
-    });
-
+    let url = ctx.service(&payments::SPEC)?.url.clone();
     n.step(
         Msg::new("step.slow_first")
             .arg("key", key)
-            .arg("lease", lease.as_millis() as i64),
+            .arg("lease", lease),
     )
     .await?;
     n.call("who.first", payments::NAME, pay_msg("first", key, AMOUNT));
-    let first_client = patient_client()?;
-    let first = send_pay(&first_client, service, key, AMOUNT);
-    tokio::pin!(first);
-    tokio::select! {
-        held = tokio::time::timeout(LIMIT, entered.notified()) => {
-            held.map_err(|_| ScenarioError::Broken(format!("the first {key} call never reached the charge")))?;
-        }
-        done = &mut first => {
-            return Err(ScenarioError::Broken(format!(
-                "the first {key} call ended before the charge: {:?}",
-                done.map(|p| p.status)
-            )));
-        }
-    }
+    let first_caller = Caller::patient();
+    let mut first = ctx
+        .hold(IN_ACTION)
+        .call(send_pay(&first_caller, &url, key, AMOUNT))
+        .await?;
     let entered_at = Instant::now();
-    ctx.checkpoints.clear(IN_ACTION);
 
     if hardened {
         // Real time is the lesson here: two whole leases pass while the holder renews.
-        let two_leases_later = entered_at + 2 * lease;
-        tokio::select! {
-            _ = tokio::time::sleep_until(two_leases_later) => {}
-            _ = &mut first => return Err(ScenarioError::Broken("the first call was released early".into())),
-        }
-        n.step(Msg::new("step.renewed").arg("lease", lease.as_millis() as i64))
+        first
+            .meanwhile(tokio::time::sleep_until(entered_at + 2 * lease))
             .await?;
+        n.step(Msg::new("step.renewed").arg("lease", lease)).await?;
     } else {
         let record = record_key(ctx, key);
-        tokio::select! {
-            gone = wait_until_gone(ctx, &record) => gone?,
-            _ = &mut first => return Err(ScenarioError::Broken("the first call was released early".into())),
-        }
-        n.step(Msg::new("step.lapsed").arg("lease", lease.as_millis() as i64))
-            .await?;
+        let mut conn = ctx.redis()?;
+        first
+            .meanwhile(wait_until_gone(&mut conn, &record))
+            .await??;
+        n.step(Msg::new("step.lapsed").arg("lease", lease)).await?;
     }
     show_records(ctx, &[key]).await?;
 
@@ -326,14 +265,11 @@ async fn slow_first(
         n.predict("predict").await?;
     }
     n.step(Msg::new("step.second").arg("key", key)).await?;
-    let second: Paid = tokio::select! {
-        second = pay_as(ctx, "second", key, AMOUNT) => second?,
-        _ = &mut first => return Err(ScenarioError::Broken("the first call was released early".into())),
-    };
-    let _ = second;
+    first
+        .meanwhile(pay_as(ctx, "second", key, AMOUNT))
+        .await??;
     n.step("step.first_finishes").await?;
-    release.notify_one();
-    let first = first.await?;
+    let first = first.release().await;
     n.response(first.view());
     show_records(ctx, &[key]).await?;
     show_charges(ctx).await?;

@@ -27,10 +27,11 @@ use sqlx::PgPool;
 use tokio::sync::{Barrier, Notify};
 
 use super::{
-    PostResult, REPORT_TYPE, STABLE_KEY, count_reports, post_report, report_service, request_msg,
-    send_post, show_naive_reports, show_reports, worker_client,
+    REPORT_TYPE, STABLE_KEY, count_reports, created, post_report, report_service, request_msg,
+    send_post, show_naive_reports, show_reports,
 };
-use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::kit::{Answer, Caller};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioResult};
 use lab_services::stage::ServiceHandle;
 
 pub const SCENARIO: Scenario = Scenario {
@@ -42,7 +43,7 @@ pub const SCENARIO: Scenario = Scenario {
         faults: FaultUse::None,
     },
     knobs: &[],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    run: |ctx| Box::pin(run(ctx)),
 };
 
 /// How long the first transaction waits to see the second INSERT blocked behind it before it
@@ -128,13 +129,9 @@ fn choreograph_unique_race(ctx: &Ctx) -> Result<Arc<AtomicBool>, ScenarioError> 
 /// Sends the same POST from two clients at once (the checkpoints installed by the caller force
 /// the overlap inside the service), and narrates the two answers in status order: which client
 /// wins varies from run to run, what the two answers are does not.
-async fn race(
-    ctx: &Ctx,
-    api: &ServiceHandle,
-    path: &str,
-) -> Result<Vec<PostResult>, ScenarioError> {
+async fn race(ctx: &Ctx, api: &ServiceHandle, path: &str) -> Vec<Answer> {
     // Two clients, no connection reuse: two connections, two handler invocations.
-    let (one, two) = (worker_client(None)?, worker_client(None)?);
+    let (one, two) = (Caller::new(), Caller::new());
     for who in ["one", "two"] {
         ctx.narrator.call(
             &format!("worker.{who}"),
@@ -146,17 +143,17 @@ async fn race(
         send_post(&one, api, path, Some(STABLE_KEY), REPORT_TYPE),
         send_post(&two, api, path, Some(STABLE_KEY), REPORT_TYPE),
     );
-    let mut results = vec![a?, b?];
+    let mut results = vec![a, b];
     // Status first, then body: two 201s of the naive endpoint are listed by report id.
     results.sort_by(|a, b| (a.status, &a.body).cmp(&(b.status, &b.body)));
     for result in &results {
         ctx.narrator.response(result.view());
     }
-    Ok(results)
+    results
 }
 
-fn report_id(result: &PostResult) -> Option<i64> {
-    result.created.as_ref().map(|c| c.report_id)
+fn report_id(answer: &Answer) -> Option<i64> {
+    created(answer).map(|c| c.report_id)
 }
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
@@ -171,7 +168,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.predict("predict").await?;
     n.step("step.send").await?;
     let waited = choreograph_unique_race(ctx)?;
-    let results = race(ctx, api, "/reports").await?;
+    let results = race(ctx, api, "/reports").await;
     ctx.checkpoints.clear(BEFORE_INSERT);
     ctx.checkpoints.clear(AFTER_INSERT);
     let second_insert_waited = waited.load(Ordering::SeqCst);
@@ -204,16 +201,15 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 
     n.step(Msg::new("step.mismatch").arg("key", STABLE_KEY))
         .await?;
-    let client = worker_client(None)?;
-    let mismatch = post_report(ctx, &client, api, "one", Some(STABLE_KEY), "weekly").await?;
-    n.fact("mismatch_status", mismatch.status.unwrap_or_default());
+    let mismatch = post_report(ctx, &Caller::new(), api, "one", Some(STABLE_KEY), "weekly").await;
+    n.fact("mismatch_status", mismatch.status_or_zero());
     show_reports(ctx).await?;
 
     n.side("side.naive");
     n.step("step.naive").await?;
     n.predict("predict_naive").await?;
     ctx.checkpoints.barrier(NAIVE_AFTER_CHECK, 2);
-    race(ctx, api, "/naive/reports").await?;
+    race(ctx, api, "/naive/reports").await;
     ctx.checkpoints.clear(NAIVE_AFTER_CHECK);
     let naive = show_naive_reports(ctx).await?;
     n.fact("naive_reports_total", naive.len());

@@ -14,16 +14,14 @@
 //! 1, and the run ends with one report.
 
 use lab_core::Msg;
-
 use lab_services::reports;
 
 use super::{
-    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, crash_after_post, post_report,
-    report_service, show_reports, worker_client,
+    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, crash_after_post, created,
+    post_report, report_service, show_reports,
 };
-use crate::{
-    Ctx, FaultUse, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
-};
+use crate::kit::{Caller, Knob};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 1,
@@ -33,25 +31,24 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&reports::SPEC],
         faults: FaultUse::None,
     },
-    knobs: &[Knob::Switch {
-        name: "idempotency_key",
-        default: false,
-    }],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    knobs: &[IDEMPOTENCY_KEY.spec],
+    run: |ctx| Box::pin(run(ctx)),
 };
+
+/// Both workers send the stable key: the fix, told in full by `idempotent`.
+const IDEMPOTENCY_KEY: Knob<bool> = Knob::switch("idempotency_key", false);
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     let api = report_service(ctx)?;
     // The broken design sends no key; the knob sends the stable one, and the texts say so.
-    let key = ctx.switch("idempotency_key")?.then_some(STABLE_KEY);
+    let key = ctx.knob(&IDEMPOTENCY_KEY)?.then_some(STABLE_KEY);
     let told = |step: &str| match key {
         Some(key) => Msg::new(format!("{step}_key")).arg("key", key),
         None => Msg::new(step),
     };
     let (first, attempts_b) = crash_after_post(ctx, api, key, told("step.post_a")).await?;
-    let first_id = first
-        .created
+    let first_id = created(&first)
         .ok_or_else(|| ScenarioError::Broken("worker A's POST created no report".into()))?
         .report_id;
 
@@ -62,10 +59,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     })
     .await?;
     n.step(told("step.post_b")).await?;
-    let client = worker_client(None)?;
-    let second = post_report(ctx, &client, api, "b", key, REPORT_TYPE).await?;
-    let second_id = second
-        .created
+    let second = post_report(ctx, &Caller::new(), api, "b", key, REPORT_TYPE).await;
+    let second_id = created(&second)
         .ok_or_else(|| ScenarioError::Broken("worker B's POST created no report".into()))?
         .report_id;
 

@@ -15,10 +15,11 @@ use lab_core::Msg;
 use lab_services::reports;
 
 use super::{
-    REPORT_TYPE, STABLE_KEY, TASK_ID, claim, complete, count_reports, crash_after_post,
-    post_report, report_service, reset_tables, show_reports, show_task, worker_client,
+    REPORT_TYPE, STABLE_KEY, TASK_ID, claim, complete, count_reports, crash_after_post, created,
+    post_report, report_service, reset_tables, show_reports, show_task,
 };
-use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::kit::Caller;
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 2,
@@ -29,7 +30,7 @@ pub const SCENARIO: Scenario = Scenario {
         faults: FaultUse::None,
     },
     knobs: &[],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    run: |ctx| Box::pin(run(ctx)),
 };
 
 /// The key the mistaken design builds from the attempt number.
@@ -40,21 +41,19 @@ fn per_attempt_key(attempts: i32) -> String {
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     let api = report_service(ctx)?;
-    let client = worker_client(None)?;
+    let client = Caller::new();
 
     n.side(Msg::new("side.stable").arg("key", STABLE_KEY));
     let (first, attempts_b) =
         crash_after_post(ctx, api, Some(STABLE_KEY), Msg::new("step.post_a")).await?;
-    let first_created = first
-        .created
+    let first_created = created(&first)
         .ok_or_else(|| ScenarioError::Broken("worker A's POST created no report".into()))?;
 
     n.predict("predict").await?;
     n.step(Msg::new("step.post_b").arg("key", STABLE_KEY))
         .await?;
-    let retry = post_report(ctx, &client, api, "b", Some(STABLE_KEY), REPORT_TYPE).await?;
-    let retry_created = retry
-        .created
+    let retry = post_report(ctx, &client, api, "b", Some(STABLE_KEY), REPORT_TYPE).await;
+    let retry_created = created(&retry)
         .ok_or_else(|| ScenarioError::Broken("worker B's POST got no report".into()))?;
 
     n.step(Msg::new("step.complete_b").arg("report_id", retry_created.report_id))
@@ -65,8 +64,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 
     let reports = count_reports(ctx).await?;
     n.fact("reports_total", reports);
-    n.fact("first_status", first.status.unwrap_or_default());
-    n.fact("retry_status", retry.status.unwrap_or_default());
+    n.fact("first_status", first.status_or_zero());
+    n.fact("retry_status", retry.status_or_zero());
     n.fact("retry_replayed", retry_created.replayed);
     n.fact(
         "same_report_id",
@@ -75,7 +74,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.fact("task_status", task.status.clone());
     n.reveal(
         Msg::new("reveal")
-            .arg("status", retry.status.unwrap_or_default())
+            .arg("status", retry.status_or_zero())
             .arg("report_id", retry_created.report_id)
             .arg("reports", reports),
     )
@@ -89,7 +88,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let key_a = per_attempt_key(attempts_a);
     n.step(Msg::new("step.again_briefly").arg("key", &key_a))
         .await?;
-    post_report(ctx, &client, api, "a", Some(&key_a), REPORT_TYPE).await?;
+    post_report(ctx, &client, api, "a", Some(&key_a), REPORT_TYPE).await;
     super::tasks::expire_lease(ctx.pg()?, TASK_ID).await?;
     let attempts_b = claim(ctx).await?;
     n.step(Msg::new("step.crash_and_reclaim").arg("attempts", attempts_b))
@@ -99,8 +98,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.predict("predict_attempt").await?;
     n.step(Msg::new("step.post_b_attempt").arg("key", &key_b))
         .await?;
-    let retry = post_report(ctx, &client, api, "b", Some(&key_b), REPORT_TYPE).await?;
-    if let Some(created) = retry.created {
+    let retry = post_report(ctx, &client, api, "b", Some(&key_b), REPORT_TYPE).await;
+    if let Some(created) = created(&retry) {
         super::tasks::complete_task(ctx.pg()?, TASK_ID, attempts_b, created.report_id, true)
             .await?;
     }

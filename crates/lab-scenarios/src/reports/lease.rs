@@ -18,10 +18,11 @@ use lab_core::Msg;
 use lab_services::reports;
 
 use super::{
-    REPORT_TYPE, STABLE_KEY, TASK_ID, claim, complete, count_reports, post_report, report_service,
-    reset_tables, seed_and_claim_a, show_reports, show_task, worker_client,
+    REPORT_TYPE, STABLE_KEY, TASK_ID, claim, complete, count_reports, created, post_report,
+    report_service, reset_tables, seed_and_claim_a, show_reports, show_task,
 };
-use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult};
+use crate::kit::Caller;
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 5,
@@ -32,7 +33,7 @@ pub const SCENARIO: Scenario = Scenario {
         faults: FaultUse::None,
     },
     knobs: &[],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    run: |ctx| Box::pin(run(ctx)),
 };
 
 /// Worker A's result: the report id it got from the service (a fixed number: this scenario is
@@ -47,7 +48,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.step(
         Msg::new("step.slow")
             .arg("report_id", RESULT_A)
-            .arg("lease", super::tasks::LEASE.as_secs() as i64),
+            .arg("lease", super::tasks::LEASE.as_secs()),
     )
     .await?;
     show_task(ctx).await?;
@@ -82,21 +83,19 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 async fn strict_only(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     let api = report_service(ctx)?;
-    let client = worker_client(None)?;
+    let client = Caller::new();
     n.side("side.strict_only");
     reset_tables(ctx).await?;
     n.note("note.reset");
     let attempts_a = seed_and_claim_a(ctx).await?;
     n.step(Msg::new("step.a_calls").arg("key", STABLE_KEY))
         .await?;
-    let first = post_report(ctx, &client, api, "a", Some(STABLE_KEY), REPORT_TYPE).await?;
-    let first_id = first
-        .created
-        .as_ref()
+    let first = post_report(ctx, &client, api, "a", Some(STABLE_KEY), REPORT_TYPE).await;
+    let first_id = created(&first)
         .map(|c| c.report_id)
         .ok_or_else(|| ScenarioError::Broken("worker A's call created no report".into()))?;
     super::tasks::expire_lease(ctx.pg()?, TASK_ID).await?;
-    n.step(Msg::new("step.a_too_late").arg("lease", super::tasks::LEASE.as_secs() as i64))
+    n.step(Msg::new("step.a_too_late").arg("lease", super::tasks::LEASE.as_secs()))
         .await?;
     complete(ctx, "a", attempts_a, first_id, true).await?;
 
@@ -107,8 +106,9 @@ async fn strict_only(ctx: &Ctx) -> ScenarioResult {
     show_task(ctx).await?;
     n.step(Msg::new("step.b_calls").arg("key", STABLE_KEY))
         .await?;
-    let again = post_report(ctx, &client, api, "b", Some(STABLE_KEY), REPORT_TYPE).await?;
-    let again_id = again.created.as_ref().map(|c| c.report_id);
+    let again = post_report(ctx, &client, api, "b", Some(STABLE_KEY), REPORT_TYPE).await;
+    let again_created = created(&again);
+    let again_id = again_created.as_ref().map(|c| c.report_id);
     if let Some(report_id) = again_id {
         complete(ctx, "b", attempts_b, report_id, true).await?;
     }
@@ -117,7 +117,7 @@ async fn strict_only(ctx: &Ctx) -> ScenarioResult {
     n.fact("reclaimed_attempts", attempts_b);
     n.fact(
         "reclaim_call_replayed",
-        again.created.as_ref().is_some_and(|c| c.replayed) && again_id == Some(first_id),
+        again_created.is_some_and(|c| c.replayed) && again_id == Some(first_id),
     );
     n.fact("reports_after_reclaim", reports);
     n.reveal(Msg::new("reveal_reclaim").arg("reports", reports))

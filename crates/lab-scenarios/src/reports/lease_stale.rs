@@ -11,7 +11,7 @@
 use lab_core::Msg;
 
 use super::{TASK_ID, claim, complete, seed_and_claim_a, show_task};
-use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioFuture, ScenarioResult};
+use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 6,
@@ -22,7 +22,7 @@ pub const SCENARIO: Scenario = Scenario {
         faults: FaultUse::None,
     },
     knobs: &[],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    run: |ctx| Box::pin(run(ctx)),
 };
 
 /// The workers' results (fixed numbers: this scenario is about our table, not about the call).
@@ -34,7 +34,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let attempts_a = seed_and_claim_a(ctx).await?;
 
     super::tasks::expire_lease(ctx.pg()?, TASK_ID).await?;
-    n.step(Msg::new("step.expire").arg("lease", super::tasks::LEASE.as_secs() as i64))
+    n.step(Msg::new("step.expire").arg("lease", super::tasks::LEASE.as_secs()))
         .await?;
     show_task(ctx).await?;
 

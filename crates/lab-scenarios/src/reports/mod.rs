@@ -19,15 +19,14 @@ pub mod lease;
 pub mod lease_stale;
 pub mod timeout;
 
-use std::time::Duration;
-
-use lab_core::narrator::{CallView, reread};
-use lab_core::{Msg, Outcome, Table};
+use lab_core::narrator::reread;
+use lab_core::{Msg, Table};
 use lab_services::reports::{self, ReportCreated};
+use lab_services::stage::ServiceHandle;
 
+use crate::kit::{Answer, Caller};
 use crate::scenario::Lesson;
 use crate::{Ctx, ScenarioError};
-use lab_services::stage::ServiceHandle;
 
 /// The lesson: the background-task side lives in our own `tasks` table.
 pub const LESSON: Lesson = Lesson {
@@ -48,41 +47,6 @@ pub fn report_service(ctx: &Ctx) -> Result<&ServiceHandle, ScenarioError> {
     ctx.service(&reports::SPEC)
 }
 
-/// An HTTP client as a worker has one. No connection reuse: every call is its own connection,
-/// which keeps each call visible on its own (and lets a fault proxy break exactly one).
-pub fn worker_client(timeout: Option<Duration>) -> Result<reqwest::Client, ScenarioError> {
-    let mut builder = reqwest::Client::builder().pool_max_idle_per_host(0);
-    if let Some(timeout) = timeout {
-        builder = builder.timeout(timeout);
-    }
-    Ok(builder.build()?)
-}
-
-/// What a caller learned from a `POST` to the report service.
-#[derive(Debug, Clone)]
-pub struct PostResult {
-    pub outcome: Outcome,
-    pub status: Option<u16>,
-    /// The response body as received.
-    pub body: Option<String>,
-    /// Why there was no response (a catalogue key), when there was none.
-    pub detail: Option<&'static str>,
-    /// The body, when it is a report.
-    pub created: Option<ReportCreated>,
-}
-
-impl PostResult {
-    /// How the narrator shows this result.
-    pub fn view(&self) -> CallView {
-        CallView {
-            outcome: self.outcome,
-            status: self.status,
-            body: self.body.clone(),
-            detail: self.detail.map(Msg::new),
-        }
-    }
-}
-
 /// The body every call of the lesson sends.
 pub fn report_body(report_type: &str) -> serde_json::Value {
     serde_json::json!({"task_id": TASK_ID, "report_type": report_type})
@@ -99,99 +63,47 @@ pub fn request_msg(who: &str, path: &str, key: Option<&str>, report_type: &str) 
     .arg("body", report_body(report_type).to_string())
 }
 
-/// Sends `POST path` and classifies what came back, without narrating.
+/// Sends `POST path` to the report service (through its hop, when it has one) and judges the
+/// answer, without narrating.
 pub async fn send_post(
-    client: &reqwest::Client,
+    caller: &Caller,
     api: &ServiceHandle,
     path: &str,
     key: Option<&str>,
     report_type: &str,
-) -> Result<PostResult, ScenarioError> {
-    let mut request = client
-        .post(format!("{}{path}", api.url))
-        .json(&report_body(report_type));
-    if let Some(key) = key {
-        request = request.header("Idempotency-Key", key);
-    }
-    match request.send().await {
-        Ok(response) => {
-            let status = response.status().as_u16();
-            // Headers came, the body did not (in time): the caller still does not know.
-            let raw = match response.text().await {
-                Ok(raw) => raw,
-                Err(_) => {
-                    return Ok(PostResult {
-                        outcome: Outcome::Unknown,
-                        status: None,
-                        body: None,
-                        detail: Some("call.dropped"),
-                        created: None,
-                    });
-                }
-            };
-            let outcome = if (200..300).contains(&status) {
-                Outcome::Ok
-            } else {
-                Outcome::Fail
-            };
-            // A refusal is shown by its error code: the service's message is English prose,
-            // and the narrative tells what it means in the learner's language.
-            let shown = match serde_json::from_str::<serde_json::Value>(&raw) {
-                Ok(body) if outcome == Outcome::Fail && body["error"].is_string() => {
-                    serde_json::json!({"error": body["error"]}).to_string()
-                }
-                _ => raw.clone(),
-            };
-            Ok(PostResult {
-                outcome,
-                status: Some(status),
-                created: serde_json::from_str::<ReportCreated>(&raw).ok(),
-                body: Some(shown),
-                detail: None,
-            })
-        }
-        Err(e) => {
-            // No connection means no request was sent: a definite failure, whether refused or
-            // not established in time. A timeout or a drop once connected: the request may have
-            // reached the service, and the service may have done the work.
-            let (outcome, detail) = if e.is_connect() && e.is_timeout() {
-                (Outcome::Fail, "call.connect_timed_out")
-            } else if e.is_connect() {
-                (Outcome::Fail, "call.refused")
-            } else if e.is_timeout() {
-                (Outcome::Unknown, "call.timed_out")
-            } else {
-                (Outcome::Unknown, "call.dropped")
-            };
-            Ok(PostResult {
-                outcome,
-                status: None,
-                body: None,
-                detail: Some(detail),
-                created: None,
-            })
-        }
-    }
+) -> Answer {
+    caller
+        .post(
+            &format!("{}{path}", api.url),
+            key,
+            &report_body(report_type),
+        )
+        .await
+}
+
+/// The report in an answer, if it is one.
+pub fn created(answer: &Answer) -> Option<ReportCreated> {
+    answer.json()
 }
 
 /// A worker's `POST /reports` for task 42, narrated: the request, what happens inside the
 /// service, and what the worker saw.
 pub async fn post_report(
     ctx: &Ctx,
-    client: &reqwest::Client,
+    caller: &Caller,
     api: &ServiceHandle,
     who: &str,
     key: Option<&str>,
     report_type: &str,
-) -> Result<PostResult, ScenarioError> {
+) -> Answer {
     ctx.narrator.call(
         &format!("worker.{who}"),
         reports::NAME,
         request_msg(who, "/reports", key, report_type),
     );
-    let result = send_post(client, api, "/reports", key, report_type).await?;
-    ctx.narrator.response(result.view());
-    Ok(result)
+    let answer = send_post(caller, api, "/reports", key, report_type).await;
+    ctx.narrator.response(answer.view());
+    answer
 }
 
 /// The opening every scenario of the lesson shares: task 42 is created, worker A claims it.
@@ -334,13 +246,12 @@ pub async fn crash_after_post(
     api: &ServiceHandle,
     key_a: Option<&str>,
     post_a: Msg,
-) -> Result<(PostResult, i32), ScenarioError> {
+) -> Result<(Answer, i32), ScenarioError> {
     let n = &ctx.narrator;
-    let client = worker_client(None)?;
     let _attempts_a = seed_and_claim_a(ctx).await?;
 
     n.step(post_a).await?;
-    let first = post_report(ctx, &client, api, "a", key_a, REPORT_TYPE).await?;
+    let first = post_report(ctx, &Caller::new(), api, "a", key_a, REPORT_TYPE).await;
     let reports = count_reports(ctx).await?;
     let task = show_task(ctx).await?;
     show_reports(ctx).await?;
@@ -356,7 +267,7 @@ pub async fn crash_after_post(
 
     n.step("step.crash").await?;
     tasks::expire_lease(ctx.pg()?, TASK_ID).await?;
-    n.step(Msg::new("step.expire").arg("lease", tasks::LEASE.as_secs() as i64))
+    n.step(Msg::new("step.expire").arg("lease", tasks::LEASE.as_secs()))
         .await?;
     show_task(ctx).await?;
 

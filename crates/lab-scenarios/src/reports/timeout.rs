@@ -17,21 +17,18 @@
 //! "unknown", `retry_status` = 200, `same_report_id` = true, `reports_total` = 1, `task_status`
 //! = "completed", `keyless_retry_reports_total` = 2.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use lab_core::Msg;
 use lab_services::reports::{self, ANSWERED};
-use tokio::sync::Notify;
+use lab_services::stage::ServiceHandle;
 
 use super::{
-    PostResult, REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, post_report,
+    REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, created, post_report,
     report_service, request_msg, reset_tables, seed_and_claim_a, send_post, show_reports,
-    worker_client,
 };
-use crate::{
-    Ctx, FaultUse, Hop, Knob, Requires, Scenario, ScenarioError, ScenarioFuture, ScenarioResult,
-};
+use crate::kit::{Answer, Caller, Knob};
+use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
     order: 3,
@@ -41,79 +38,59 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&reports::SPEC],
         faults: FaultUse::Toxics(&[Hop::Service(&reports::SPEC)]),
     },
-    knobs: &[
-        Knob::Millis {
-            name: "client_timeout_ms",
-            default: CLIENT_TIMEOUT.as_millis() as u64,
-        },
-        Knob::Millis {
-            name: "slow_response_ms",
-            default: SLOW_RESPONSE_MS,
-        },
-    ],
-    run: |ctx: &Ctx| -> ScenarioFuture<'_> { Box::pin(run(ctx)) },
+    knobs: &[CLIENT_TIMEOUT.spec, SLOW_RESPONSE.spec],
+    run: |ctx| Box::pin(run(ctx)),
 };
 
-/// How long the fault proxy holds each response on its way back (knob `slow_response_ms`).
-const SLOW_RESPONSE_MS: u64 = 900;
-/// How long worker A's HTTP client waits for an answer (knob `client_timeout_ms`).
-const CLIENT_TIMEOUT: Duration = Duration::from_millis(150);
+/// How long worker A's HTTP client waits for an answer.
+const CLIENT_TIMEOUT: Knob<Duration> = Knob::millis("client_timeout_ms", 150, 1..=600_000);
+/// How long the fault proxy holds each response on its way back.
+const SLOW_RESPONSE: Knob<Duration> = Knob::millis("slow_response_ms", 900, 1..=600_000);
 /// The retry's client waits longer: it must not time out on a busy machine, or the run would
 /// tell another story than the one it shows.
 const RETRY_TIMEOUT: Duration = Duration::from_secs(10);
-/// A service that never reaches its commit within this is broken, not slow.
-const COMMIT_LIMIT: Duration = Duration::from_secs(10);
 
 /// A call through the slow hop with a client that gives up early: the request, what the
 /// service does, and then (only once the service has its answer ready, so the order never
 /// depends on the machine's speed) what the client saw.
 async fn call_through_slow_hop(
     ctx: &Ctx,
-    api: &lab_services::stage::ServiceHandle,
+    api: &ServiceHandle,
     key: Option<&str>,
     client_timeout: Duration,
-) -> Result<PostResult, ScenarioError> {
-    let answered = Arc::new(Notify::new());
-    ctx.checkpoints.install(ANSWERED, {
-        let answered = answered.clone();
-        Arc::new(move || {
-            let answered = answered.clone();
-            Box::pin(async move { answered.notify_one() })
-        })
-    });
-    let client = worker_client(Some(client_timeout))?;
+) -> Result<Answer, ScenarioError> {
+    let answered = ctx.notice(ANSWERED);
     ctx.narrator.call_waiting(
         "worker.a",
         reports::NAME,
         request_msg("a", "/reports", key, REPORT_TYPE),
         client_timeout,
     );
-    let result = send_post(&client, api, "/reports", key, REPORT_TYPE).await?;
-    tokio::time::timeout(COMMIT_LIMIT, answered.notified())
-        .await
-        .map_err(|_| ScenarioError::Broken("the report service never answered".into()))?;
-    ctx.checkpoints.clear(ANSWERED);
-    ctx.narrator.response(result.view());
-    Ok(result)
+    let caller = Caller::waiting(client_timeout);
+    let answer = send_post(&caller, api, "/reports", key, REPORT_TYPE).await;
+    answered.passed().await?;
+    drop(answered);
+    ctx.narrator.response(answer.view());
+    Ok(answer)
 }
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     // Every call of this scenario goes through the proxy on the service's hop.
     let api = report_service(ctx)?;
-    let client_timeout = ctx.millis("client_timeout_ms")?;
-    let slow_response = ctx.millis("slow_response_ms")?;
+    let client_timeout = ctx.knob(&CLIENT_TIMEOUT)?;
+    let slow_response = ctx.knob(&SLOW_RESPONSE)?;
 
     n.side("side.keyed");
     let attempts = seed_and_claim_a(ctx).await?;
     let slow = ctx
         .faults()?
-        .slow_responses(reports::NAME, slow_response.as_millis() as u64)
+        .slow_responses(reports::NAME, slow_response)
         .await?;
     n.step(
         Msg::new("step.slow_hop")
-            .arg("delay", slow_response.as_millis() as i64)
-            .arg("timeout", client_timeout.as_millis() as i64),
+            .arg("delay", slow_response)
+            .arg("timeout", client_timeout),
     )
     .await?;
     n.predict("predict").await?;
@@ -146,9 +123,9 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     ctx.faults()?.remove(slow).await?;
     n.step(Msg::new("step.retry").arg("key", STABLE_KEY))
         .await?;
-    let retry_client = worker_client(Some(RETRY_TIMEOUT))?;
-    let retry = post_report(ctx, &retry_client, api, "a", Some(STABLE_KEY), REPORT_TYPE).await?;
-    let retry_id = retry.created.as_ref().map(|c| c.report_id);
+    let retry_caller = Caller::waiting(RETRY_TIMEOUT);
+    let retry = post_report(ctx, &retry_caller, api, "a", Some(STABLE_KEY), REPORT_TYPE).await;
+    let retry_id = created(&retry).map(|c| c.report_id);
     if let Some(report_id) = retry_id {
         n.step(Msg::new("step.complete").arg("report_id", report_id))
             .await?;
@@ -157,7 +134,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let task = super::tasks::task(ctx.pg()?, TASK_ID).await?;
     show_reports(ctx).await?;
 
-    n.fact("retry_status", retry.status.unwrap_or_default());
+    n.fact("retry_status", retry.status_or_zero());
     n.fact(
         "same_report_id",
         retry_id.is_some() && retry_id == created_id,
@@ -172,14 +149,14 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     seed_and_claim_a(ctx).await?;
     let slow = ctx
         .faults()?
-        .slow_responses(reports::NAME, slow_response.as_millis() as u64)
+        .slow_responses(reports::NAME, slow_response)
         .await?;
     n.step("step.post_keyless").await?;
     call_through_slow_hop(ctx, api, None, client_timeout).await?;
     ctx.faults()?.remove(slow).await?;
     n.predict("predict_keyless").await?;
     n.step("step.retry_keyless").await?;
-    post_report(ctx, &retry_client, api, "a", None, REPORT_TYPE).await?;
+    post_report(ctx, &retry_caller, api, "a", None, REPORT_TYPE).await;
     show_reports(ctx).await?;
     let keyless = count_reports(ctx).await?;
     n.fact("keyless_retry_reports_total", keyless);
