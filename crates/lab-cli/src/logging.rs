@@ -36,8 +36,13 @@ pub fn install(log: bool, color: bool, runs_scenarios: bool) -> Result<(), Strin
     let ran = runs_scenarios.then(|| RanLayer.with_filter(filter_fn(RanLayer::wants)));
     let lines = if log {
         let wanted = std::env::var("LAB_LOG").unwrap_or_else(|_| DEFAULT_LOG.to_string());
-        let targets = Targets::from_str(&wanted)
-            .map_err(|e| format!("LAB_LOG={wanted:?} is not a list of target=level: {e}"))?;
+        let targets = Targets::from_str(&wanted).map_err(|e| {
+            crate::words::t(
+                lab_core::Msg::new("lab_log")
+                    .arg("value", format!("{wanted:?}"))
+                    .arg("error", e.to_string()),
+            )
+        })?;
         Some(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)

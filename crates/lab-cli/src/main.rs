@@ -23,8 +23,10 @@ macro_rules! say {
 
 mod cli;
 mod commands;
+mod exit;
 mod logging;
 mod output;
+mod select;
 mod session;
 mod web;
 mod words;
@@ -34,7 +36,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::cli::{Cli, exit};
+use crate::cli::Cli;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -50,6 +52,13 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // The scenario files are read once, here, before the runtime: reading files is blocking
+    // work, and every command's words (in the learner's language) come from them.
+    let library = lab_scenarios::Library::load();
+    words::init(
+        commands::lang(&cli.global),
+        library.as_ref().ok().map(|l| l.texts.clone()),
+    );
     let log_color = cli.global.color == cli::ColorArg::Always
         || (cli.global.color == cli::ColorArg::Auto
             && std::io::IsTerminal::is_terminal(&std::io::stderr())
@@ -58,8 +67,7 @@ fn main() -> ExitCode {
     // layer that wants every span (see `logging::install`).
     let runs_scenarios = !matches!(cli.command, cli::Command::Bench(_));
     if let Err(e) = logging::install(cli.global.log, log_color, runs_scenarios) {
-        eprintln!("lab: error: {e}");
-        return ExitCode::from(exit::USAGE);
+        return ExitCode::from(exit::Failure::new(exit::USAGE, anyhow::anyhow!(e)).report());
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -67,13 +75,17 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("lab: error: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::ENVIRONMENT);
+            let failure = exit::Failure::environment(anyhow::anyhow!(words::t(
+                lab_core::Msg::new("no_runtime").arg("error", e.to_string())
+            )));
+            return ExitCode::from(failure.report());
         }
     };
-    let code = runtime.block_on(commands::dispatch(cli));
+    let result = runtime.block_on(commands::dispatch(cli, library));
     runtime.shutdown_timeout(Duration::from_millis(200));
-    // Everything queued for stdout is written before the process ends.
+    // After everything the command printed (and everything queued for stdout is written
+    // before the process ends).
+    let code = result.unwrap_or_else(exit::Failure::report);
     output::drain();
     ExitCode::from(code)
 }

@@ -8,9 +8,10 @@
 //! answered within the client's 10 s). So everything `lab` prints on stdout goes into a queue,
 //! and a thread of its own writes the queue out, in order; the run never waits for the reader.
 //!
-//! [`drain`] waits until everything queued so far is written. It is called before a step-mode
-//! prompt (prompts go to stderr, and must come after the text they follow) and before `lab`
-//! exits, so nothing queued is lost. A stdout that is closed (`lab run all | head`) drops what
+//! [`drained`] (async) and [`drain`] (blocking, for `main` once the runtime is gone) wait until
+//! everything queued so far is written. They are awaited before a step-mode prompt and before
+//! anything else `lab` says on stderr (which must come after the text it follows), and before
+//! `lab` exits, so nothing queued is lost. A stdout that is closed (`lab run all | head`) drops what
 //! is left, as a direct write would have.
 
 use std::io::Write;
@@ -20,7 +21,13 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 enum Out {
     Bytes(Vec<u8>),
     /// Answered once everything queued before it has been written.
-    Drained(SyncSender<()>),
+    Drained(Done),
+}
+
+/// Who waits for a drain: a blocked thread, or a task.
+enum Done {
+    Thread(SyncSender<()>),
+    Task(tokio::sync::oneshot::Sender<()>),
 }
 
 static QUEUE: OnceLock<Option<Sender<Out>>> = OnceLock::new();
@@ -66,7 +73,10 @@ fn write_out(receive: Receiver<Out>) {
             }
             Out::Drained(done) => {
                 open = open && stdout.lock().flush().is_ok();
-                let _ = done.send(());
+                match done {
+                    Done::Thread(done) => drop(done.send(())),
+                    Done::Task(done) => drop(done.send(())),
+                }
             }
         }
     }
@@ -96,7 +106,8 @@ impl Write for QueuedStdout {
 }
 
 /// Waits until everything queued so far is on stdout (or dropped, if stdout is closed). Blocks
-/// for as long as the reader takes: call it only where waiting for the reader is right.
+/// the thread for as long as the reader takes: for `main`, after the runtime has ended; async
+/// code awaits [`drained`].
 pub fn drain() {
     let Some(Some(queue)) = QUEUE.get() else {
         // Nothing was ever queued (or everything was written directly).
@@ -104,7 +115,19 @@ pub fn drain() {
         return;
     };
     let (done, written) = mpsc::sync_channel(1);
-    if queue.send(Out::Drained(done)).is_ok() {
+    if queue.send(Out::Drained(Done::Thread(done))).is_ok() {
         let _ = written.recv();
+    }
+}
+
+/// [`drain`] for async code: the task waits, the thread does not.
+pub async fn drained() {
+    let Some(Some(queue)) = QUEUE.get() else {
+        // Nothing was ever queued: everything went to stdout directly, unbuffered by us.
+        return;
+    };
+    let (done, written) = tokio::sync::oneshot::channel();
+    if queue.send(Out::Drained(Done::Task(done))).is_ok() {
+        let _ = written.await;
     }
 }

@@ -1,221 +1,48 @@
-//! One [`Session`] per command that runs scenarios or services (`run`, `check`, `serve`): the
-//! language and colours, the scenario files, the step gate and the live renderer, the servers,
-//! and a way to run work so that Ctrl-C, SIGTERM or `q` in step mode stop it cleanly instead of
+//! One [`Session`] per command that runs scenarios or services: the language and colours, the
+//! scenario files, the step gate and the live renderer, and the one lifecycle every such command
+//! goes through, so that Ctrl-C, SIGTERM or `q` in step mode stop its work cleanly instead of
 //! killing the process halfway.
 //!
 //! ```text
-//! Session::open ── start_servers (a spinner after 300 ms, on a terminal; a signal here stops
-//!                                  cleanly too)
-//!               ── guarded(work) ── Finished | Interrupted | Quit
-//!               ── close: proxies left on a given Toxiproxy, abandoned runs, servers
+//! Session::open(options, library, mode)     signals are listened for from here on
+//! session.with_servers(needs, work, after)
+//!   ├─ start the servers        a spinner after 300 ms, on a terminal; a signal stops cleanly
+//!   ├─ work(&servers)           guarded: a signal drops it; `q` lets it end at its next pause
+//!   ├─ after(&servers, ended)   unguarded: what must happen however the work ended
+//!   └─ close                    proxies left on a given Toxiproxy, abandoned runs, servers
 //! ```
+//!
+//! A session is built from typed [`SessionOptions`], never from the command line's own types:
+//! the commands turn flags into options (`commands/mod.rs`), and nothing here knows clap.
 
 use std::future::Future;
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use lab_core::gate::{Look, Options, Pause, Place, Screen, Sofar, Viewer};
+use lab_core::gate::{Flush, Look, Options, Pause, Place, Screen, Sofar, Viewer};
 use lab_core::narrator::SharedSink;
 use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink, swimlanes};
 use lab_core::text::COMMON;
 use lab_core::{Gate, Lang, Msg, Narrator};
 use lab_infra::{Needs, Origin, ServerOptions, Servers};
-use lab_scenarios::{Entry, Library, RunConfig, ScenarioError, Settings};
+use lab_scenarios::{Library, ProxyLedger, RunConfig, Settings};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
 
-use crate::cli::{ColorArg, FormatArg, Global, LangArg, exit};
+use crate::exit::{self, Failure, Interrupt};
 use crate::words::t;
 
-/// A command's failure: what to print and which exit code to end with.
-#[derive(Debug)]
-pub struct Failure {
-    pub code: u8,
-    pub error: anyhow::Error,
-}
-
-impl Failure {
-    pub fn usage(message: impl Into<String>) -> Failure {
-        Failure {
-            code: exit::USAGE,
-            error: anyhow!(message.into()),
-        }
-    }
-
-    pub fn environment(error: impl Into<anyhow::Error>) -> Failure {
-        Failure {
-            code: exit::ENVIRONMENT,
-            error: error.into(),
-        }
-    }
-}
-
-/// The language: `--lang`, else the environment.
-pub fn lang(global: &Global) -> Lang {
-    match global.lang {
-        Some(LangArg::En) => Lang::En,
-        Some(LangArg::Ru) => Lang::Ru,
-        None => Lang::from_env(),
-    }
-}
-
-/// Applies `--color` and tells whether stdout gets colour. `auto` follows `colored`: colour only
-/// on a terminal, never with `NO_COLOR` set, always with `CLICOLOR_FORCE`.
-pub fn color(global: &Global) -> bool {
-    match global.color {
-        ColorArg::Always => colored::control::set_override(true),
-        ColorArg::Never => colored::control::set_override(false),
-        ColorArg::Auto => {}
-    }
-    colored::control::SHOULD_COLORIZE.should_colorize()
-}
-
-/// Loads the scenario files; a broken installation is an environment problem.
-pub fn library() -> Result<Library, Failure> {
-    Library::load().map_err(Failure::environment)
-}
-
-/// Resolves scenario names (`all`, or none, means every one), rejecting unknown names as usage
-/// errors.
-pub fn resolve(names: &[String]) -> Result<Vec<Entry>, Failure> {
-    if names.is_empty() || names.iter().any(|n| n == "all") {
-        return Ok(lab_scenarios::CATALOGUE.to_vec());
-    }
-    names
-        .iter()
-        .map(|name| {
-            lab_scenarios::find(name).ok_or_else(|| {
-                let known: Vec<&str> = lab_scenarios::CATALOGUE.iter().map(|s| s.name).collect();
-                Failure::usage(t(Msg::new("unknown_scenario")
-                    .arg("name", name)
-                    .arg("known", known.join(", "))))
-            })
-        })
-        .collect()
-}
-
-/// Checks `--set NAME=VALUE` against the knobs of the selected scenarios: every name must be a
-/// knob of one of them, and its value must fit it. Returns the values, typed.
-pub fn settings(given: &[String], scenarios: &[Entry]) -> Result<Settings, Failure> {
-    let mut settings = Settings::default();
-    for item in given {
-        let (name, value) = item
-            .split_once('=')
-            .ok_or_else(|| Failure::usage(t(Msg::new("set_syntax").arg("item", item))))?;
-        let knob = scenarios
-            .iter()
-            .flat_map(|s| s.scenario.knobs)
-            .find(|k| k.name == name.trim())
-            .ok_or_else(|| {
-                let known: Vec<&str> = scenarios
-                    .iter()
-                    .flat_map(|s| s.scenario.knobs.iter().map(|k| k.name))
-                    .collect();
-                Failure::usage(if known.is_empty() {
-                    t(Msg::new("unknown_knob_none").arg("name", name))
-                } else {
-                    t(Msg::new("unknown_knob")
-                        .arg("name", name)
-                        .arg("known", known.join(", ")))
-                })
-            })?;
-        let parsed = knob
-            .parse(value)
-            .map_err(|e| Failure::usage(e.to_string()))?;
-        settings.set(knob, parsed);
-    }
-    Ok(settings)
-}
-
-/// The union of the servers the scenarios need.
-pub fn needs(scenarios: &[Entry]) -> Needs {
-    scenarios
-        .iter()
-        .fold(Needs::default(), |acc, s| acc.union(s.requires().servers()))
-}
-
-/// A scenario that could not follow its script (or used something it did not declare) is drift
-/// (exit 1); anything else that stopped it (a server gone, a proxy unreachable) is the
-/// environment (exit 3).
-pub fn scenario_failure(e: ScenarioError) -> Failure {
-    match e {
-        ScenarioError::Broken(reason) => Failure {
-            code: exit::DRIFT,
-            error: anyhow!(t(Msg::new("scenario_broken").arg("reason", reason))),
-        },
-        e @ ScenarioError::Undeclared { .. } => Failure {
-            code: exit::DRIFT,
-            error: e.into(),
-        },
-        e => Failure::environment(e),
-    }
-}
-
-/// Ctrl-C and SIGTERM, listened for from the start of a command: a signal that arrives while the
-/// servers are still starting must also lead to a clean stop, not to the default "die at once".
-struct Interrupts {
-    interrupt: Option<Signal>,
-    terminate: Option<Signal>,
-}
-
-impl Interrupts {
-    fn listen() -> Interrupts {
-        Interrupts {
-            interrupt: signal(SignalKind::interrupt()).ok(),
-            terminate: signal(SignalKind::terminate()).ok(),
-        }
-    }
-
-    async fn recv(&mut self) -> Interrupt {
-        async fn next(s: &mut Option<Signal>) {
-            match s {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        }
-        tokio::select! {
-            _ = next(&mut self.interrupt) => Interrupt::CtrlC,
-            _ = next(&mut self.terminate) => Interrupt::Terminate,
-        }
-    }
-}
-
-/// Which signal stopped the work.
+/// How the narrative is written on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Interrupt {
-    /// SIGINT, a Ctrl-C in the terminal.
-    CtrlC,
-    /// SIGTERM, what `kill`, systemd and CI runners send.
-    Terminate,
+pub enum Format {
+    /// Text for people, in the session's language and colours.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
-
-impl Interrupt {
-    /// The shell's convention: 128 + the signal's number.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Interrupt::CtrlC => exit::INTERRUPTED,
-            Interrupt::Terminate => exit::TERMINATED,
-        }
-    }
-}
-
-/// How a guarded piece of work ended.
-pub enum Guarded<T> {
-    Finished(T),
-    /// Ctrl-C or SIGTERM.
-    Interrupted(Interrupt),
-    /// `q` at a pause in step mode.
-    Quit,
-}
-
-/// How long work may take to wind down after `q`: it stops at its next pause by itself (every
-/// pause answers `q` from then on) and releases what it holds on the way out.
-const QUIT_GRACE: Duration = Duration::from_secs(10);
 
 /// Whether the session pauses in step mode (`run`, `serve`) or never (`check` is headless).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,82 +51,141 @@ pub enum Mode {
     Headless,
 }
 
-/// What every command that runs scenarios or services shares.
-pub struct Session {
+/// What a session is made of, typed.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
     pub lang: Lang,
+    /// Colour on stdout (already resolved from `--color`, `NO_COLOR` and the terminal).
     pub color: bool,
-    pub format: FormatArg,
+    pub format: Format,
+    /// Pause after every step, inside services and before answers (`--step`).
+    pub step: bool,
+    /// Ask the predictions and grade them (`--quiz`).
+    pub quiz: bool,
     /// Show the quiz's model answers (`--answers`).
     pub answers: bool,
-    /// Grade the predictions and print the score (`--quiz`).
-    pub quiz: bool,
     /// Show what each step executed (`--show-sql`, `--show-commands`).
     pub show_sql: bool,
     pub show_commands: bool,
+    /// Keep each run's schema and keys (`--keep`; live sessions only).
+    pub keep: bool,
+    /// Given servers, or throwaway ones.
+    pub servers: ServerOptions,
+    /// A Toxiproxy to create the fault proxies on (checked), instead of the embedded one.
+    pub toxiproxy_url: Option<String>,
+}
+
+/// How a command's guarded work ended.
+pub enum Ended<T> {
+    Finished(Result<T, Failure>),
+    /// Ctrl-C or SIGTERM.
+    Interrupted(Interrupt),
+    /// `q` at a pause in step mode.
+    Quit,
+}
+
+impl<T> Ended<T> {
+    /// The work's own result, or the failure that a signal or `q` is.
+    pub fn into_result(self) -> Result<T, Failure> {
+        match self {
+            Ended::Finished(result) => result,
+            Ended::Interrupted(signal) => Err(Failure::interrupted(signal)),
+            Ended::Quit => Err(Failure::quit()),
+        }
+    }
+}
+
+/// How long work may take to wind down after `q`: it stops at its next pause by itself (every
+/// pause answers `q` from then on) and releases what it holds on the way out.
+const QUIT_GRACE: Duration = Duration::from_secs(10);
+
+/// How long servers may take to start before a spinner says that they are starting: a start
+/// from the template, against a warm machine, is over before anyone would read it, and a
+/// spinner that flashes for 100 ms is noise on a projector.
+const SPINNER_DELAY: Duration = Duration::from_millis(300);
+
+/// What every command that runs scenarios or services shares.
+pub struct Session {
+    pub options: SessionOptions,
     pub library: Library,
     /// Pauses in step mode (`--step`, live only); never pauses otherwise.
     pub gate: Gate,
-    /// How scenarios run in this call: `--keep`, `--toxiproxy-url`, proxies to clean.
+    /// How scenarios run in this call: `--keep`, `--toxiproxy-url`, knobs, proxies to clean.
     pub config: RunConfig,
-    options: ServerOptions,
-    /// Locked only while waiting for a signal; never contended, but `guarded` takes `&self` so
-    /// the work it guards can borrow the session too.
-    interrupts: tokio::sync::Mutex<Interrupts>,
+    interrupts: Interrupts,
 }
 
 impl Session {
-    /// Starts listening for signals, then resolves language, colour, scenario files and gate.
-    pub fn open(global: &Global, mode: Mode) -> Result<Session, Failure> {
+    /// Starts listening for signals, then builds the gate for `mode`.
+    pub fn open(options: SessionOptions, library: Library, mode: Mode) -> Session {
         let interrupts = Interrupts::listen();
-        let toxiproxy_url = toxiproxy_url(global)?;
-        let lang = lang(global);
-        let color = color(global);
-        let library = library()?;
-        let gate = match (mode, global.step, global.quiz) {
-            (Mode::Headless, _, _) => Gate::default(),
+        let gate = match (mode, options.step, options.quiz) {
+            (Mode::Headless, _, _) | (Mode::Live, false, false) => Gate::default(),
             (Mode::Live, true, _) => Gate::stepping_with(
                 stdin(),
-                prompt(&library, lang),
+                prompt(&library, options.lang),
                 Options {
-                    viewer: Some(viewer(&library, lang, color, global)),
+                    viewer: Some(viewer(&library, &options)),
                     screen: screen(),
+                    flush: Some(flush()),
                 },
             ),
-            (Mode::Live, false, true) => Gate::quizzing(stdin(), prompt(&library, lang), screen()),
-            (Mode::Live, false, false) => Gate::default(),
+            (Mode::Live, false, true) => Gate::quizzing(
+                stdin(),
+                prompt(&library, options.lang),
+                Options {
+                    viewer: None,
+                    screen: screen(),
+                    flush: Some(flush()),
+                },
+            ),
         };
-        Ok(Session {
-            lang,
-            color,
-            format: global.format,
-            answers: global.answers,
-            quiz: global.quiz,
-            show_sql: global.show_sql,
-            show_commands: global.show_commands,
+        let config = RunConfig {
+            keep: options.keep && mode == Mode::Live,
+            toxiproxy_url: options.toxiproxy_url.clone(),
+            proxies: ProxyLedger::default(),
+            settings: Settings::default(),
+        };
+        Session {
+            options,
             library,
             gate,
-            config: RunConfig {
-                keep: global.keep && mode == Mode::Live,
-                toxiproxy_url,
-                proxies: Default::default(),
-                settings: Default::default(),
-            },
-            options: ServerOptions::new(global.database_url.clone(), global.redis_url.clone()),
-            interrupts: tokio::sync::Mutex::new(interrupts),
-        })
+            config,
+            interrupts,
+        }
+    }
+
+    /// The session's knobs (`--set`), checked already.
+    pub fn with_settings(mut self, settings: Settings) -> Session {
+        self.config.settings = settings;
+        self
+    }
+
+    pub fn lang(&self) -> Lang {
+        self.options.lang
+    }
+
+    pub fn color(&self) -> bool {
+        self.options.color
+    }
+
+    pub fn format(&self) -> Format {
+        self.options.format
     }
 
     /// The live renderer on stdout.
     pub fn sink(&self) -> SharedSink {
-        let renderer = match self.format {
-            FormatArg::Text | FormatArg::Junit => Renderer::Text(
-                TextRenderer::new(self.library.texts.clone(), self.lang, self.color)
-                    .with_answers(self.answers)
-                    .with_executed(self.show_sql, self.show_commands),
+        let texts = self.library.texts.clone();
+        let options = &self.options;
+        let renderer = match options.format {
+            Format::Text => Renderer::Text(
+                TextRenderer::new(texts, options.lang, options.color)
+                    .with_answers(options.answers)
+                    .with_executed(options.show_sql, options.show_commands),
             ),
-            FormatArg::Json => Renderer::Json(
-                JsonRenderer::new(self.library.texts.clone(), self.lang).with_answers(self.answers),
-            ),
+            Format::Json => {
+                Renderer::Json(JsonRenderer::new(texts, options.lang).with_answers(options.answers))
+            }
         };
         // Never blocks on a slow reader: the story must not depend on how fast it is read.
         Arc::new(parking_lot::Mutex::new(WriteSink::new(
@@ -320,50 +206,76 @@ impl Session {
         Narrator::new(Some(sink.clone()), self.gate.clone())
     }
 
+    /// Resolves when Ctrl-C or SIGTERM has come (at once, if one came already).
+    pub async fn interrupted(&self) -> Interrupt {
+        self.interrupts.next().await
+    }
+
+    /// The lifecycle every command that needs servers goes through: starts (or connects to) the
+    /// servers `needs` names, runs `work` on them guarded, then `after` (however the work ended,
+    /// with the servers still up), then closes. A signal while the servers start ends it
+    /// cleanly too, without `work` or `after`.
+    pub async fn with_servers<T, U>(
+        &self,
+        needs: Needs,
+        work: impl AsyncFnOnce(&Servers) -> Result<T, Failure>,
+        after: impl AsyncFnOnce(&Servers, Ended<T>) -> Result<U, Failure>,
+    ) -> Result<U, Failure> {
+        let servers = match self.start_servers(needs).await? {
+            Ok(servers) => servers,
+            Err(signal) => return Err(Failure::interrupted(signal)),
+        };
+        let ended = self.guarded(work(&servers)).await;
+        let result = after(&servers, ended).await;
+        self.close(servers).await;
+        result
+    }
+
+    /// [`Session::with_servers`] for work that needs nothing after it: its result, or the
+    /// failure a signal or `q` is. With `--keep` on throwaway servers, they stay up for
+    /// inspection once the work has finished.
+    pub async fn run_with_servers<T>(
+        &self,
+        needs: Needs,
+        work: impl AsyncFnOnce(&Servers) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        self.with_servers(needs, work, async |servers, ended| {
+            if matches!(ended, Ended::Finished(Ok(_))) {
+                self.hold_kept_servers(servers).await;
+            }
+            ended.into_result()
+        })
+        .await
+    }
+
     /// Starts (or connects to) the servers, with a spinner on stderr when it is a terminal.
     /// `Ok(Err(signal))`: Ctrl-C or SIGTERM came first; whatever was half started is gone.
-    pub async fn start_servers(&self, needs: Needs) -> Result<Result<Servers, Interrupt>, Failure> {
-        // A given URL is always checked for its form (by `Servers::start`), and connected to
-        // when a selected scenario needs that server. One that nothing needs is said to be
-        // unused, so an unreachable one is not mistaken for a working one.
-        for (given, needed, flag, server) in [
-            (
-                &self.options.database_url,
-                needs.postgres,
-                "--database-url",
-                "PostgreSQL",
-            ),
-            (&self.options.redis_url, needs.redis, "--redis-url", "Redis"),
-        ] {
-            if given.is_some() && !needed {
-                eprintln!(
-                    "lab: note: {flag} is not used: no selected scenario needs {server} \
-                     (`lab doctor` lists what each scenario needs)"
-                );
-            }
-        }
+    async fn start_servers(&self, needs: Needs) -> Result<Result<Servers, Interrupt>, Failure> {
+        self.note_unused_urls(needs).await;
         let spinner = Spinner::after(
             SPINNER_DELAY,
-            self.color,
+            self.options.color,
             self.library
                 .texts
-                .render(COMMON, self.lang, &Msg::new("cli.starting")),
+                .render(COMMON, self.options.lang, &Msg::new("cli.starting")),
         );
         // Nothing pauses while servers start: only a signal can cut this short.
         let started = self
-            .guarded_with(Servers::start(&self.options, needs), &Gate::default())
+            .guarded_with(
+                Servers::start(&self.options.servers, needs),
+                &Gate::default(),
+            )
             .await;
         spinner.clear().await;
         match started {
             Guarded::Finished(Ok(servers)) => {
-                report_leftovers(&servers.leftovers);
+                report_leftovers(&servers.leftovers).await;
                 Ok(Ok(servers))
             }
             // A URL that is not a URL is a usage error, not an unreachable server.
-            Guarded::Finished(Err(e @ lab_infra::InfraError::BadUrl { .. })) => Err(Failure {
-                code: exit::USAGE,
-                error: e.into(),
-            }),
+            Guarded::Finished(Err(e @ lab_infra::InfraError::BadUrl { .. })) => {
+                Err(Failure::new(exit::USAGE, e))
+            }
             Guarded::Finished(Err(e)) => Err(Failure::environment(e)),
             Guarded::Interrupted(signal) => Ok(Err(signal)),
             // Nothing pauses here, so nothing can quit.
@@ -371,27 +283,61 @@ impl Session {
         }
     }
 
+    /// A given URL is always checked for its form (by `Servers::start`), and connected to when
+    /// a selected scenario needs that server. One that nothing needs is said to be unused, so
+    /// an unreachable one is not mistaken for a working one.
+    async fn note_unused_urls(&self, needs: Needs) {
+        let servers = &self.options.servers;
+        for (given, needed, flag, server) in [
+            (
+                servers.database_url.is_some(),
+                needs.postgres,
+                "--database-url",
+                "PostgreSQL",
+            ),
+            (
+                servers.redis_url.is_some(),
+                needs.redis,
+                "--redis-url",
+                "Redis",
+            ),
+        ] {
+            if given && !needed {
+                crate::output::drained().await;
+                eprintln!(
+                    "{}",
+                    t(Msg::new("url_unused")
+                        .arg("flag", flag)
+                        .arg("server", server))
+                );
+            }
+        }
+    }
+
     /// Runs `work` until it finishes, Ctrl-C or SIGTERM arrives, or the learner quits step mode.
     /// After a signal the work is dropped at once (its services stop, its connections close);
-    /// after `q` it gets [`QUIT_GRACE`] to end by itself. Either way, [`Session::close`] then
-    /// cleans up what the runs left behind.
-    pub async fn guarded<T>(&self, work: impl Future<Output = T>) -> Guarded<T> {
-        self.guarded_with(work, &self.gate).await
+    /// after `q` it gets [`QUIT_GRACE`] to end by itself.
+    async fn guarded<T>(&self, work: impl Future<Output = Result<T, Failure>>) -> Ended<T> {
+        match self.guarded_with(work, &self.gate).await {
+            Guarded::Finished(result) => Ended::Finished(result),
+            Guarded::Interrupted(signal) => Ended::Interrupted(signal),
+            Guarded::Quit => Ended::Quit,
+        }
     }
 
     async fn guarded_with<T>(&self, work: impl Future<Output = T>, gate: &Gate) -> Guarded<T> {
-        let mut interrupts = self.interrupts.lock().await;
         tokio::pin!(work);
         tokio::select! {
             // Work that has finished wins over a signal that arrives in the same instant: its
-            // cleanup has run, and its result is the true one.
+            // cleanup has run, and its result is the true one. (Work that listens for the
+            // signal itself, and ends at once when it comes, finishes here too.)
             biased;
             result = &mut work => Guarded::Finished(result),
-            signal = interrupts.recv() => Guarded::Interrupted(signal),
+            signal = self.interrupted() => Guarded::Interrupted(signal),
             _ = gate.quit_requested() => {
                 tokio::select! {
                     _ = tokio::time::timeout(QUIT_GRACE, &mut work) => Guarded::Quit,
-                    signal = interrupts.recv() => Guarded::Interrupted(signal),
+                    signal = self.interrupted() => Guarded::Interrupted(signal),
                 }
             }
         }
@@ -400,7 +346,7 @@ impl Session {
     /// With `--keep` on throwaway servers, the data would vanish with the servers: keep them up
     /// until the learner presses Enter in a terminal, or until stdin closes when it is not one
     /// (`lab run x --keep < fifo`), or Ctrl-C; then say that they stopped.
-    pub async fn hold_kept_servers(&self, servers: &Servers) {
+    async fn hold_kept_servers(&self, servers: &Servers) {
         let throwaway = servers
             .postgres
             .as_ref()
@@ -413,13 +359,14 @@ impl Session {
             return;
         }
         let terminal = std::io::stdin().is_terminal();
+        crate::output::drained().await;
         eprintln!(
-            "lab: the throwaway servers stay up for inspection until {}",
-            if terminal {
-                "you press Enter"
+            "{}",
+            t(if terminal {
+                "kept_until_enter"
             } else {
-                "stdin closes"
-            }
+                "kept_until_eof"
+            })
         );
         let mut stdin = BufReader::new(tokio::io::stdin());
         let wait = async {
@@ -429,16 +376,16 @@ impl Session {
                 line.clear();
             }
         };
-        let _ = self.guarded_with(wait, &Gate::default()).await;
-        eprintln!(
-            "lab: the throwaway servers stopped, and the kept data with them (pass \
-             --database-url/--redis-url to keep it on servers of yours)"
-        );
+        tokio::select! {
+            _ = wait => {}
+            _ = self.interrupted() => {}
+        }
+        eprintln!("{}", t("kept_stopped"));
     }
 
     /// Ends the session: deletes proxies a cancelled run left on a given Toxiproxy, drops what
     /// runs that did not finish left behind (unless `--keep`), and stops the servers.
-    pub async fn close(&self, servers: Servers) {
+    async fn close(&self, servers: Servers) {
         self.config.proxies.delete_left_over().await;
         if !self.config.keep {
             servers.clean_abandoned_runs().await;
@@ -447,10 +394,54 @@ impl Session {
     }
 }
 
-/// How long servers may take to start before a spinner says that they are starting: a start
-/// from the template, against a warm machine, is over before anyone would read it, and a
-/// spinner that flashes for 100 ms is noise on a projector.
-const SPINNER_DELAY: Duration = Duration::from_millis(300);
+/// How a piece of guarded work ended (of any output: starting the servers is guarded too).
+enum Guarded<T> {
+    Finished(T),
+    Interrupted(Interrupt),
+    Quit,
+}
+
+/// Ctrl-C and SIGTERM, listened for from the start of a command: a signal that arrives while the
+/// servers are still starting must also lead to a clean stop, not to the default "die at once".
+/// The first one is kept, so whoever asks later (the guard, a web view that is done, `--keep`'s
+/// wait) hears of it too.
+struct Interrupts {
+    first: watch::Receiver<Option<Interrupt>>,
+}
+
+impl Interrupts {
+    fn listen() -> Interrupts {
+        // Registered here, before anything awaits: from now on a signal is ours to handle.
+        let mut interrupt = signal(SignalKind::interrupt()).ok();
+        let mut terminate = signal(SignalKind::terminate()).ok();
+        let (tell, first) = watch::channel(None);
+        tokio::spawn(async move {
+            async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => drop(signal.recv().await),
+                    None => std::future::pending().await,
+                }
+            }
+            loop {
+                let came = tokio::select! {
+                    _ = next(&mut interrupt) => Interrupt::CtrlC,
+                    _ = next(&mut terminate) => Interrupt::Terminate,
+                };
+                tell.send_if_modified(|first| first.get_or_insert(came) == &came);
+            }
+        });
+        Interrupts { first }
+    }
+
+    async fn next(&self) -> Interrupt {
+        let mut first = self.first.clone();
+        match first.wait_for(Option::is_some).await {
+            Ok(signal) => signal.unwrap_or(Interrupt::CtrlC),
+            // The listener is gone only with the runtime.
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
 
 /// A spinner on stderr that appears only if what it waits for is still going after a delay,
 /// and only on a terminal: scripts, CI and tests (which compare stderr byte for byte) never see
@@ -493,7 +484,10 @@ impl Spinner {
 }
 
 /// Says what a killed `lab` had left behind and this one removed.
-pub fn report_leftovers(removed: &[std::path::PathBuf]) {
+pub async fn report_leftovers(removed: &[std::path::PathBuf]) {
+    if !removed.is_empty() {
+        crate::output::drained().await;
+    }
     for dir in removed {
         eprintln!(
             "{}",
@@ -502,34 +496,14 @@ pub fn report_leftovers(removed: &[std::path::PathBuf]) {
     }
 }
 
-/// `--toxiproxy-url` (or `TOXIPROXY_URL`; empty counts as unset), checked before anything
-/// starts: a URL that is not an http(s) URL is a usage error.
-pub fn toxiproxy_url(global: &Global) -> Result<Option<String>, Failure> {
-    let Some(given) = global
-        .toxiproxy_url
-        .as_deref()
-        .filter(|u| !u.trim().is_empty())
-    else {
-        return Ok(None);
-    };
-    let bad = |reason: &str| {
-        Failure::usage(t(Msg::new("toxiproxy_url")
-            .arg("url", given)
-            .arg("reason", reason)))
-    };
-    let parsed = url::Url::parse(given).map_err(|e| bad(&e.to_string()))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(bad(&t("url_scheme")));
-    }
-    if parsed.host_str().is_none_or(str::is_empty) {
-        return Err(bad(&t("url_no_host")));
-    }
-    Ok(Some(given.trim_end_matches('/').to_string()))
-}
-
 /// Where step mode and quizzes read the learner's answers.
 fn stdin() -> BufReader<tokio::io::Stdin> {
     BufReader::new(tokio::io::stdin())
+}
+
+/// Before a footer: everything the narrative queued is out first.
+fn flush() -> Flush {
+    Box::new(|| Box::pin(crate::output::drained()))
 }
 
 /// The footers of `--step` and `--quiz`, in the learner's language: where the run is (`step
@@ -537,23 +511,18 @@ fn stdin() -> BufReader<tokio::io::Stdin> {
 fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
     let texts = library.texts.clone();
     Box::new(move |place: Place| {
-        // The footer goes to stderr: the step it follows must be on the screen first.
-        crate::output::drain();
+        let render = |msg: Msg| texts.render(COMMON, lang, &msg);
         let key = match place.pause {
             Pause::Step => "gate.step",
             Pause::Service => "gate.service",
             Pause::Predict => "gate.predict",
             Pause::Reveal => "gate.reveal",
         };
-        let keys = texts.render(COMMON, lang, &Msg::new(key));
+        let keys = render(Msg::new(key));
         // Before the first step (a service that pauses while the story is set up) there is no
         // progress to tell.
         if place.step == 0 {
-            return texts.render(
-                COMMON,
-                lang,
-                &Msg::new("gate.footer_bare").arg("keys", keys),
-            );
+            return render(Msg::new("gate.footer_bare").arg("keys", keys));
         }
         let progress = match place.of {
             Some(of) => Msg::new("gate.progress")
@@ -561,11 +530,9 @@ fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
                 .arg("of", of),
             None => Msg::new("gate.progress_unknown").arg("step", place.step),
         };
-        let progress = texts.render(COMMON, lang, &progress);
-        texts.render(
-            COMMON,
-            lang,
-            &Msg::new("gate.footer")
+        let progress = render(progress);
+        render(
+            Msg::new("gate.footer")
                 .arg("progress", progress)
                 .arg("keys", keys),
         )
@@ -574,9 +541,10 @@ fn prompt(library: &Library, lang: Lang) -> lab_core::gate::Prompt {
 
 /// What `s`, `d` and `b` show at a pause: the same renderers as the narrative and `--diagram`,
 /// in the learner's language and colours, on the events recorded so far.
-fn viewer(library: &Library, lang: Lang, color: bool, global: &Global) -> Viewer {
+fn viewer(library: &Library, options: &SessionOptions) -> Viewer {
     let texts = library.texts.clone();
-    let (show_sql, show_commands) = (global.show_sql, global.show_commands);
+    let (lang, color) = (options.lang, options.color);
+    let (show_sql, show_commands) = (options.show_sql, options.show_commands);
     Box::new(move |look: Look, sofar: &Sofar| {
         let events = &sofar.events;
         let renderer =
@@ -615,25 +583,4 @@ fn screen() -> Screen {
     } else {
         Screen::Lines
     }
-}
-
-/// Says that lab was interrupted and everything is cleaned up; the exit code for it.
-pub fn interrupted(signal: Interrupt) -> u8 {
-    crate::output::drain();
-    // A Ctrl-C at a pause leaves the cursor on the step footer (after the terminal's `^C`):
-    // clear that line first, so the message does not run into it. Every other line on stderr
-    // has ended, so on a terminal this clears nothing else.
-    if std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K");
-    }
-    eprintln!("{}", t("interrupted"));
-    signal.exit_code()
-}
-
-/// Says that the learner stopped step mode and everything is cleaned up; the exit code for it
-/// (the same as Ctrl-C: the run did not get to its facts).
-pub fn quit() -> u8 {
-    crate::output::drain();
-    eprintln!("{}", t("stopped"));
-    exit::INTERRUPTED
 }

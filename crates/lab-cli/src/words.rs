@@ -17,10 +17,10 @@ struct Words {
 
 static WORDS: OnceLock<Words> = OnceLock::new();
 
-/// Chooses the language and loads the texts. A broken installation (no texts) leaves the keys
-/// themselves to be shown; the command then fails on loading its scenarios anyway, in English.
-pub fn init(lang: Lang) {
-    let texts = lab_scenarios::Library::load().ok().map(|l| l.texts);
+/// Chooses the language and the texts (the library's, loaded once). A broken installation (no
+/// texts) leaves the keys themselves to be shown; the command then fails on loading its
+/// scenarios anyway.
+pub fn init(lang: Lang, texts: Option<Arc<Texts>>) {
     let _ = WORDS.set(Words { texts, lang });
 }
 

@@ -57,8 +57,11 @@ impl WebLab {
             let line = rx
                 .recv_timeout(Duration::from_secs(60))
                 .expect("lab prints the web view's URL");
-            if let Some(url) = line.strip_prefix("lab: web view: drive the run from ") {
-                break url.to_string();
+            // The line is in the run's language; the driver's URL is the one with the token.
+            if line.contains("/?drive=")
+                && let Some(at) = line.find("http://")
+            {
+                break line[at..].trim().to_string();
             }
         };
         let (base, token) = drive_url

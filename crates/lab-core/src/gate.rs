@@ -126,12 +126,19 @@ pub enum Screen {
     Terminal { echo: bool, columns: fn() -> usize },
 }
 
+/// Waits until what was written before a pause is out (the CLI's queued stdout), so a footer
+/// on stderr comes after the step it follows.
+pub type Flush =
+    Box<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>;
+
 /// How a stepping gate shows itself, besides its prompt.
 #[derive(Default)]
 pub struct Options {
     /// What `s`, `d` and `b` show; without one, those lines are answers like any other.
     pub viewer: Option<Viewer>,
     pub screen: Screen,
+    /// Awaited before each footer is shown.
+    pub flush: Option<Flush>,
 }
 
 /// The step gate of one `lab` call. Cheap to clone; `Gate::default()` never pauses.
@@ -169,15 +176,16 @@ impl Gate {
         Gate::with_pauses(None, input, prompt, options)
     }
 
-    /// A gate that pauses only at predictions, to read the learner's answers (`--quiz`).
+    /// A gate that pauses only at predictions, to read the learner's answers (`--quiz`). Looks
+    /// are not offered there (`options.viewer` is not used).
     pub fn quizzing(
         input: impl AsyncBufRead + Send + Unpin + 'static,
         prompt: Prompt,
-        screen: Screen,
+        options: Options,
     ) -> Gate {
         let options = Options {
             viewer: None,
-            screen,
+            ..options
         };
         Gate::with_pauses(Some(Pause::Predict), input, prompt, options)
     }
@@ -240,6 +248,9 @@ impl Gate {
         let mut stderr = std::io::stderr();
         let mut backs = 0;
         loop {
+            if let Some(flush) = &stepper.options.flush {
+                flush().await;
+            }
             let prompt = (stepper.prompt)(place);
             stepper.options.screen.show(&mut stderr, &prompt);
             let mut line = String::new();
@@ -372,7 +383,7 @@ mod tests {
         let gate = Gate::quizzing(
             "b\nc\n".as_bytes(),
             Box::new(|_| String::new()),
-            Screen::Lines,
+            Options::default(),
         );
         assert_eq!(gate.pause(Pause::Step).await, Ok(String::new()));
         assert_eq!(gate.pause(Pause::Predict).await, Ok("b".to_string()));
@@ -390,6 +401,7 @@ mod tests {
                     format!("{look:?} of {}", sofar.events.len())
                 })),
                 screen: Screen::Lines,
+                flush: None,
             },
         )
     }

@@ -8,12 +8,14 @@
 use colored::Colorize;
 use lab_core::facts::compare;
 use lab_core::render::render_text;
-use lab_core::{Event, Lang, Narrator};
+use lab_core::{Event, Lang, Msg, Narrator};
 use lab_scenarios::{Library, RunReport};
 use similar::TextDiff;
 
-use crate::cli::{FormatArg, Global, exit};
-use crate::session::{self, Failure, Guarded, Mode, Session};
+use crate::exit::{self, Failure};
+use crate::select;
+use crate::session::{Format, Mode, Session, SessionOptions};
+use crate::words::t;
 
 /// The narratives of a run in both languages. When blessing, the summary is rendered as if the
 /// measured facts were the expected ones, which is what they are about to become.
@@ -200,66 +202,87 @@ fn print_json(name: &str, report: &RunReport, verdict: &Verdict, bless: bool) {
     );
 }
 
-pub async fn check(global: &Global, names: &[String], bless: bool) -> Result<u8, Failure> {
-    // Headless: no pauses, whatever --step says, and nothing kept.
-    let session = Session::open(global, Mode::Headless)?;
-    let scenarios = session::resolve(names)?;
-    let library = &session.library;
+pub async fn check(
+    options: SessionOptions,
+    library: Library,
+    names: &[String],
+    bless: bool,
+    junit: bool,
+) -> Result<u8, Failure> {
+    let scenarios = select::scenarios(names)?;
     if bless {
         // Find out before running anything that there is nowhere to write.
         library.writable_dir().map_err(Failure::environment)?;
     }
-    let servers = match session.start_servers(session::needs(&scenarios)).await? {
-        Ok(servers) => servers,
-        Err(signal) => return Ok(session::interrupted(signal)),
+    // Headless: no pauses, whatever --step says, and nothing kept.
+    let session = Session::open(options, library, Mode::Headless);
+    let output = match (junit, session.format()) {
+        (true, _) => Output::Junit,
+        (false, Format::Json) => Output::Json,
+        (false, Format::Text) => Output::Text,
     };
+    let drift = session
+        .run_with_servers(select::needs(&scenarios), async |servers| {
+            let mut drift = false;
+            let mut suite = quick_junit::TestSuite::new("scenarios");
+            for &scenario in &scenarios {
+                let verdict =
+                    check_one(&session, servers, scenario, bless, output, &mut suite).await?;
+                drift |= !bless && !verdict;
+            }
+            if output == Output::Junit {
+                let mut report = quick_junit::Report::new("lab check");
+                report.add_test_suite(suite);
+                let xml = report.to_string().map_err(|e| {
+                    Failure::environment(anyhow::anyhow!(t(
+                        Msg::new("junit_failed").arg("error", e.to_string())
+                    )))
+                })?;
+                say!("{xml}");
+            }
+            Ok(drift)
+        })
+        .await?;
+    Ok(if drift { exit::DRIFT } else { exit::OK })
+}
 
-    let work = async {
-        let mut drift = false;
-        let mut suite = quick_junit::TestSuite::new("scenarios");
-        for &scenario in &scenarios {
-            let report = lab_scenarios::run(
-                scenario,
-                &servers,
-                Narrator::recording(),
-                library,
-                &session.config,
-            )
-            .await
-            .map_err(session::scenario_failure)?;
-            let rendered = narratives(library, &report, bless);
-            let verdict = judge(library, &report, &rendered);
-            if bless {
-                library
-                    .bless(scenario.name, &report.facts, &rendered)
-                    .map_err(Failure::environment)?;
-            } else {
-                drift |= !verdict.ok();
-            }
-            match global.format {
-                FormatArg::Text => print_text(scenario.name, &verdict, bless, session.color),
-                FormatArg::Json => print_json(scenario.name, &report, &verdict, bless),
-                FormatArg::Junit => junit_cases(&mut suite, scenario.name, &verdict, bless),
-            }
-        }
-        if global.format == FormatArg::Junit {
-            let mut report = quick_junit::Report::new("lab check");
-            report.add_test_suite(suite);
-            let xml = report.to_string().map_err(|e| {
-                Failure::environment(anyhow::anyhow!("cannot write JUnit XML: {e}"))
-            })?;
-            say!("{xml}");
-        }
-        Ok::<bool, Failure>(drift)
-    };
-    let outcome = session.guarded(work).await;
-    session.close(servers).await;
-    match outcome {
-        Guarded::Finished(Ok(false)) => Ok(exit::OK),
-        Guarded::Finished(Ok(true)) => Ok(exit::DRIFT),
-        Guarded::Finished(Err(failure)) => Err(failure),
-        Guarded::Interrupted(signal) => Ok(session::interrupted(signal)),
-        // Headless: nothing pauses, so nothing can quit.
-        Guarded::Quit => Ok(session::quit()),
+/// How `check` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Text,
+    Json,
+    Junit,
+}
+
+/// Runs one scenario headless, judges it (or blesses it) and reports it; whether it held.
+async fn check_one(
+    session: &Session,
+    servers: &lab_infra::Servers,
+    scenario: lab_scenarios::Entry,
+    bless: bool,
+    output: Output,
+    suite: &mut quick_junit::TestSuite,
+) -> Result<bool, Failure> {
+    let library = &session.library;
+    let report = lab_scenarios::run(
+        scenario,
+        servers,
+        Narrator::recording(),
+        library,
+        &session.config,
+    )
+    .await?;
+    let rendered = narratives(library, &report, bless);
+    let verdict = judge(library, &report, &rendered);
+    if bless {
+        library
+            .bless(scenario.name, &report.facts, &rendered)
+            .map_err(Failure::environment)?;
     }
+    match output {
+        Output::Text => print_text(scenario.name, &verdict, bless, session.color()),
+        Output::Json => print_json(scenario.name, &report, &verdict, bless),
+        Output::Junit => junit_cases(suite, scenario.name, &verdict, bless),
+    }
+    Ok(verdict.ok())
 }

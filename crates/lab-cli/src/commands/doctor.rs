@@ -5,15 +5,16 @@
 //! programs that would be run and their versions.
 
 use faultproxy::client::ToxiproxyClient;
+use lab_core::Msg;
 use lab_infra::servers::Plan;
 use lab_infra::{Needs, ServerOptions, Servers};
-use lab_scenarios::FaultUse;
+use lab_scenarios::{Entry, FaultUse};
 use serde_json::json;
 
-use crate::cli::{FormatArg, Global, exit};
-use crate::session::{self, Failure};
+use crate::exit::{self, Failure};
+use crate::select;
+use crate::session::{Format, SessionOptions};
 use crate::words::t;
-use lab_core::Msg;
 
 /// What doctor found about one component: what would be used, or why it cannot be.
 type Finding = Result<String, String>;
@@ -40,33 +41,38 @@ async fn check_given(options: &ServerOptions, needs: Needs) -> Finding {
     Ok(found)
 }
 
-pub async fn doctor(global: &Global) -> Result<u8, Failure> {
+/// What doctor found: each server, the scenario files, what a killed lab left behind.
+struct Findings {
+    postgres: Finding,
+    redis: Finding,
+    toxiproxy: Finding,
+    files: String,
+    removed: Vec<std::path::PathBuf>,
+}
+
+pub async fn doctor(options: &SessionOptions) -> Result<u8, Failure> {
     // What a killed lab left behind is removed first, and reported.
     let removed = lab_infra::leftovers::sweep_async().await;
     let files = match lab_scenarios::library::scenarios_dir() {
         Some(dir) => dir.display().to_string(),
         None => t("doctor.builtin_files"),
     };
-    let options = ServerOptions::new(global.database_url.clone(), global.redis_url.clone());
+    let servers = &options.servers;
     let Plan {
         mut postgres,
         mut redis,
-    } = Servers::plan(&options).await;
-    if options.database_url.is_some() {
-        let only = Needs {
-            postgres: true,
-            redis: false,
-        };
-        postgres = check_given(&options, only).await;
+    } = Servers::plan(servers).await;
+    if servers.database_url.is_some() {
+        postgres = check_given(servers, Needs::POSTGRES).await;
     }
-    if options.redis_url.is_some() {
+    if servers.redis_url.is_some() {
         let only = Needs {
             postgres: false,
             redis: true,
         };
-        redis = check_given(&options, only).await;
+        redis = check_given(servers, only).await;
     }
-    let toxiproxy: Finding = match &session::toxiproxy_url(global)? {
+    let toxiproxy: Finding = match &options.toxiproxy_url {
         None => Ok(t("doctor.embedded_proxy")),
         Some(url) => ToxiproxyClient::new(url)
             .version()
@@ -79,87 +85,102 @@ pub async fn doctor(global: &Global) -> Result<u8, Failure> {
             })
             .map_err(|e| e.to_string()),
     };
-
-    let all = session::resolve(&[])?;
-    let needs = session::needs(&all);
-    let usable = (postgres.is_ok() || !needs.postgres)
-        && (redis.is_ok() || !needs.redis)
-        && toxiproxy.is_ok();
-    let scenario_needs = |s: &lab_scenarios::Entry| {
-        let requires = s.requires();
-        let servers = requires.servers();
-        let mut parts = Vec::new();
-        if servers.postgres {
-            parts.push("PostgreSQL".to_string());
-        }
-        if servers.redis {
-            parts.push("Redis".to_string());
-        }
-        if !requires.services.is_empty() {
-            let names: Vec<&str> = requires.services.iter().map(|s| s.name).collect();
-            parts.push(t(Msg::new("doctor.services").arg("names", names.join(", "))));
-        }
-        match requires.faults {
-            FaultUse::None => {}
-            FaultUse::Toxics(_) => parts.push(t("doctor.toxics")),
-            FaultUse::OneShot(_) => parts.push(t("doctor.one_shot")),
-        }
-        parts
+    let findings = Findings {
+        postgres,
+        redis,
+        toxiproxy,
+        files,
+        removed,
     };
-
-    match global.format {
-        FormatArg::Json => {
-            let finding = |f: &Finding, needed: bool| match f {
-                Ok(s) => json!({"ok": true, "uses": s}),
-                Err(e) => json!({"ok": false, "needed": needed, "problem": e}),
-            };
-            say!(
-                "{}",
-                json!({
-                    "postgres": finding(&postgres, needs.postgres),
-                    "redis": finding(&redis, needs.redis),
-                    "toxiproxy": finding(&toxiproxy, true),
-                    "scenarios": all.iter().map(|s| json!({
-                        "scenario": s.name,
-                        "needs": scenario_needs(s),
-                        "external_toxiproxy": !matches!(s.requires().faults, FaultUse::OneShot(_)),
-                    })).collect::<Vec<_>>(),
-                    "scenario_files": files,
-                    "removed_leftovers": removed.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
-                    "usable": usable,
-                })
-            );
-        }
-        FormatArg::Text | FormatArg::Junit => {
-            let (ok, missing) = (t("doctor.ok"), t("doctor.missing"));
-            let line = |name: &str, state: &Finding, needed: bool| match state {
-                Ok(s) => say!("  {ok:<8} {name:<11} {s}"),
-                Err(e) if needed => say!("  {missing:<8} {name:<11} {e}"),
-                Err(e) => say!("  {:<8} {name:<11} {e} {}", "-", t("doctor.unneeded")),
-            };
-            say!("lab doctor");
-            line("PostgreSQL", &postgres, needs.postgres);
-            line("Redis", &redis, needs.redis);
-            line("Toxiproxy", &toxiproxy, true);
-            say!("  {ok:<8} {:<11} {files}", t("doctor.files"));
-            for dir in &removed {
-                say!(
-                    "  {:<8} {:<11} {}",
-                    t("doctor.removed"),
-                    t("doctor.temp_dir"),
-                    t(Msg::new("doctor.left_behind").arg("dir", dir.display().to_string()))
-                );
-            }
-            say!();
-            say!("{}", t("doctor.needs"));
-            for s in &all {
-                say!("  {:<12} {}", s.name, scenario_needs(s).join(", "));
-            }
-            if !usable {
-                say!();
-                say!("{}", t("doctor.hint"));
-            }
-        }
+    let all = select::scenarios(&[])?;
+    let needs = select::needs(&all);
+    let usable = (findings.postgres.is_ok() || !needs.postgres)
+        && (findings.redis.is_ok() || !needs.redis)
+        && findings.toxiproxy.is_ok();
+    match options.format {
+        Format::Json => print_json(&findings, &all, needs, usable),
+        Format::Text => print_text(&findings, &all, needs, usable),
     }
     Ok(if usable { exit::OK } else { exit::ENVIRONMENT })
+}
+
+/// What a scenario needs, in words.
+fn scenario_needs(s: &Entry) -> Vec<String> {
+    let requires = s.requires();
+    let servers = requires.servers();
+    let mut parts = Vec::new();
+    if servers.postgres {
+        parts.push("PostgreSQL".to_string());
+    }
+    if servers.redis {
+        parts.push("Redis".to_string());
+    }
+    if !requires.services.is_empty() {
+        let names: Vec<&str> = requires.services.iter().map(|s| s.name).collect();
+        parts.push(t(Msg::new("doctor.services").arg("names", names.join(", "))));
+    }
+    match requires.faults {
+        FaultUse::None => {}
+        FaultUse::Toxics(_) => parts.push(t("doctor.toxics")),
+        FaultUse::OneShot(_) => parts.push(t("doctor.one_shot")),
+    }
+    parts
+}
+
+fn print_json(findings: &Findings, all: &[Entry], needs: Needs, usable: bool) {
+    let finding = |f: &Finding, needed: bool| match f {
+        Ok(s) => json!({"ok": true, "uses": s}),
+        Err(e) => json!({"ok": false, "needed": needed, "problem": e}),
+    };
+    say!(
+        "{}",
+        json!({
+            "postgres": finding(&findings.postgres, needs.postgres),
+            "redis": finding(&findings.redis, needs.redis),
+            "toxiproxy": finding(&findings.toxiproxy, true),
+            "scenarios": all.iter().map(|s| json!({
+                "scenario": s.name,
+                "needs": scenario_needs(s),
+                "external_toxiproxy": !matches!(s.requires().faults, FaultUse::OneShot(_)),
+            })).collect::<Vec<_>>(),
+            "scenario_files": findings.files,
+            "removed_leftovers": findings
+                .removed
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>(),
+            "usable": usable,
+        })
+    );
+}
+
+fn print_text(findings: &Findings, all: &[Entry], needs: Needs, usable: bool) {
+    let (ok, missing) = (t("doctor.ok"), t("doctor.missing"));
+    let line = |name: &str, state: &Finding, needed: bool| match state {
+        Ok(s) => say!("  {ok:<8} {name:<11} {s}"),
+        Err(e) if needed => say!("  {missing:<8} {name:<11} {e}"),
+        Err(e) => say!("  {:<8} {name:<11} {e} {}", "-", t("doctor.unneeded")),
+    };
+    say!("lab doctor");
+    line("PostgreSQL", &findings.postgres, needs.postgres);
+    line("Redis", &findings.redis, needs.redis);
+    line("Toxiproxy", &findings.toxiproxy, true);
+    say!("  {ok:<8} {:<11} {}", t("doctor.files"), findings.files);
+    for dir in &findings.removed {
+        say!(
+            "  {:<8} {:<11} {}",
+            t("doctor.removed"),
+            t("doctor.temp_dir"),
+            t(Msg::new("doctor.left_behind").arg("dir", dir.display().to_string()))
+        );
+    }
+    say!();
+    say!("{}", t("doctor.needs"));
+    for s in all {
+        say!("  {:<12} {}", s.name, scenario_needs(s).join(", "));
+    }
+    if !usable {
+        say!();
+        say!("{}", t("doctor.hint"));
+    }
 }

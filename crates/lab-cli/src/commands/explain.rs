@@ -5,69 +5,68 @@
 
 use lab_core::{Event, Narrator, render};
 
-use crate::cli::{FormatArg, Global, exit};
-use crate::session::{self, Failure, Guarded, Mode, Session};
+use lab_scenarios::Library;
 
-pub async fn explain(global: &Global, names: &[String]) -> Result<u8, Failure> {
-    let session = Session::open(global, Mode::Headless)?;
-    let scenarios = session::resolve(names)?;
-    let servers = match session.start_servers(session::needs(&scenarios)).await? {
-        Ok(servers) => servers,
-        Err(signal) => return Ok(session::interrupted(signal)),
-    };
-    let work = async {
-        for (i, &scenario) in scenarios.iter().enumerate() {
-            let report = lab_scenarios::run(
-                scenario,
-                &servers,
-                Narrator::recording(),
-                &session.library,
-                &session.config,
-            )
-            .await
-            .map_err(session::scenario_failure)?;
-            match global.format {
-                FormatArg::Json => {
-                    for event in &report.events {
-                        if let Event::Executed(executed) = event {
-                            let mut line = serde_json::json!({
-                                "event": "executed",
-                                "scenario": scenario.name,
-                            });
-                            if let (Some(line), Ok(serde_json::Value::Object(fields))) =
-                                (line.as_object_mut(), serde_json::to_value(executed))
-                            {
-                                line.extend(fields);
-                            }
-                            say!("{line}");
+use crate::exit::{self, Failure};
+use crate::select;
+use crate::session::{Format, Mode, Session, SessionOptions};
+
+pub async fn explain(
+    options: SessionOptions,
+    library: Library,
+    names: &[String],
+) -> Result<u8, Failure> {
+    let scenarios = select::scenarios(names)?;
+    let session = Session::open(options, library, Mode::Headless);
+    session
+        .run_with_servers(select::needs(&scenarios), async |servers| {
+            for (i, &scenario) in scenarios.iter().enumerate() {
+                let report = lab_scenarios::run(
+                    scenario,
+                    servers,
+                    Narrator::recording(),
+                    &session.library,
+                    &session.config,
+                )
+                .await?;
+                match session.format() {
+                    Format::Json => print_json(scenario.name, &report.events),
+                    Format::Text => {
+                        if i > 0 {
+                            say!();
                         }
+                        say!(
+                            "{}",
+                            render::render_explain(
+                                &session.library.texts,
+                                session.lang(),
+                                scenario.source,
+                                &report.events,
+                            )
+                            .trim_end()
+                        );
                     }
-                }
-                _ => {
-                    if i > 0 {
-                        say!();
-                    }
-                    say!(
-                        "{}",
-                        render::render_explain(
-                            &session.library.texts,
-                            session.lang,
-                            scenario.source,
-                            &report.events,
-                        )
-                        .trim_end()
-                    );
                 }
             }
+            Ok(exit::OK)
+        })
+        .await
+}
+
+/// One JSON object per statement or command, with the scenario it belongs to.
+fn print_json(scenario: &str, events: &[Event]) {
+    for event in events {
+        if let Event::Executed(executed) = event {
+            let mut line = serde_json::json!({
+                "event": "executed",
+                "scenario": scenario,
+            });
+            if let (Some(line), Ok(serde_json::Value::Object(fields))) =
+                (line.as_object_mut(), serde_json::to_value(executed))
+            {
+                line.extend(fields);
+            }
+            say!("{line}");
         }
-        Ok::<(), Failure>(())
-    };
-    let outcome = session.guarded(work).await;
-    session.close(servers).await;
-    match outcome {
-        Guarded::Finished(Ok(())) => Ok(exit::OK),
-        Guarded::Finished(Err(failure)) => Err(failure),
-        Guarded::Interrupted(signal) => Ok(session::interrupted(signal)),
-        Guarded::Quit => Ok(session::quit()),
     }
 }

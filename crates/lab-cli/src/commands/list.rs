@@ -2,13 +2,13 @@
 //! change.
 
 use lab_core::Msg;
+use lab_scenarios::Library;
 
-use crate::cli::{FormatArg, Global, exit};
-use crate::session::{self, Failure};
+use crate::exit::{self, Failure};
+use crate::session::{Format, SessionOptions};
 
-pub fn list(global: &Global, knobs: bool) -> Result<u8, Failure> {
-    let lang = session::lang(global);
-    let library = session::library()?;
+pub fn list(options: &SessionOptions, library: &Library, knobs: bool) -> Result<u8, Failure> {
+    let lang = options.lang;
     let render = |scope: &str, key: &str| library.texts.render(scope, lang, &Msg::new(key));
     let width = lab_scenarios::CATALOGUE
         .iter()
@@ -18,8 +18,8 @@ pub fn list(global: &Global, knobs: bool) -> Result<u8, Failure> {
     for scenario in lab_scenarios::CATALOGUE.iter() {
         let summary = render(scenario.name, "summary");
         let declared = scenario.scenario.knobs;
-        match global.format {
-            FormatArg::Json => say!(
+        match options.format {
+            Format::Json => say!(
                 "{}",
                 serde_json::json!({
                     "scenario": scenario.name,
@@ -33,7 +33,7 @@ pub fn list(global: &Global, knobs: bool) -> Result<u8, Failure> {
                     })).collect::<Vec<_>>(),
                 })
             ),
-            FormatArg::Text | FormatArg::Junit => {
+            Format::Text => {
                 say!("{:<width$}  {summary}", scenario.name);
                 if knobs {
                     for knob in declared {

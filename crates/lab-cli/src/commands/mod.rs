@@ -1,4 +1,5 @@
-//! One module per command. Each returns an exit code or a [`Failure`].
+//! One module per command. Each returns an exit code or a [`Failure`]; this one turns the
+//! command line's flags into typed [`SessionOptions`] and hands each command what it needs.
 
 mod bench;
 mod check;
@@ -6,23 +7,43 @@ mod doctor;
 mod explain;
 mod list;
 mod page;
-pub mod proxy;
+mod proxy;
 mod run;
 mod serve;
 mod soak;
+mod web_run;
 
-use crate::cli::{Cli, Command};
-use crate::session::Failure;
+use lab_core::{Lang, Msg};
+use lab_infra::ServerOptions;
+use lab_scenarios::Library;
+use lab_scenarios::library::LibraryError;
+
+use crate::cli::{Cli, ColorArg, Command, FormatArg, Global, LangArg};
+use crate::exit::{self, Failure};
+use crate::session::{Format, SessionOptions};
 use crate::words::t;
 
-/// Runs the command and turns any failure into one line on stderr and its exit code.
-pub async fn dispatch(cli: Cli) -> u8 {
-    crate::words::init(crate::session::lang(&cli.global));
-    let junit_elsewhere = cli.global.format == crate::cli::FormatArg::Junit
-        && !matches!(cli.command, Command::Check { .. });
-    let result = match &cli.command {
-        _ if junit_elsewhere => Err(Failure::usage(t("junit_elsewhere"))),
-        Command::List { knobs } => list::list(&cli.global, *knobs),
+/// The language: `--lang`, else the environment.
+pub fn lang(global: &Global) -> Lang {
+    match global.lang {
+        Some(LangArg::En) => Lang::En,
+        Some(LangArg::Ru) => Lang::Ru,
+        None => Lang::from_env(),
+    }
+}
+
+/// Runs the command. A failure is reported by the caller, once everything is stopped.
+pub async fn dispatch(cli: Cli, library: Result<Library, LibraryError>) -> Result<u8, Failure> {
+    let junit = cli.global.format == FormatArg::Junit;
+    if junit && !matches!(cli.command, Command::Check { .. }) {
+        return Err(Failure::usage(t("junit_elsewhere")));
+    }
+    let options = options(&cli.global)?;
+    // The scenario files, loaded once (before the runtime started); a broken installation is an
+    // environment problem for every command that needs them.
+    let library = library.map_err(Failure::environment);
+    match &cli.command {
+        Command::List { knobs } => list::list(&options, &library?, *knobs),
         Command::Run {
             names,
             set,
@@ -38,54 +59,90 @@ pub async fn dispatch(cli: Cli) -> u8 {
                 artifacts: artifacts.clone(),
                 export: *export,
             };
-            let web = web.then(|| run::Web {
+            let selection = run::Selection::new(names, set)?;
+            match web.then(|| web_run::Web {
                 bind: web_bind.unwrap_or_else(|| (std::net::Ipv4Addr::LOCALHOST, 0).into()),
                 open: !no_open,
-            });
-            run::run(&cli.global, names, set, &pictures, web.as_ref()).await
+            }) {
+                Some(web) => web_run::run(options, library?, selection, &pictures, &web).await,
+                None => run::run(options, library?, selection, &pictures).await,
+            }
         }
-        Command::Check { names, bless } => check::check(&cli.global, names, *bless).await,
-        Command::Doctor => doctor::doctor(&cli.global).await,
-        Command::Explain { names } => explain::explain(&cli.global, names).await,
-        Command::Serve { port_base } => serve::serve(&cli.global, *port_base).await,
-        Command::Proxy(args) => proxy::proxy(&cli.global, args).await,
+        Command::Check { names, bless } => {
+            check::check(options, library?, names, *bless, junit).await
+        }
+        Command::Doctor => doctor::doctor(&options).await,
+        Command::Explain { names } => explain::explain(options, library?, names).await,
+        Command::Serve { port_base } => serve::serve(options, library?, *port_base).await,
+        Command::Proxy(args) => proxy::proxy(&options, args).await,
         Command::Soak {
             target,
             iterations,
             seed,
             protections,
-        } => soak::soak(&cli.global, *target, *iterations, *seed, *protections).await,
-        Command::Bench(bench) => bench::bench(&cli.global, bench).await,
+        } => soak::soak(options, library?, *target, *iterations, *seed, *protections).await,
+        Command::Bench(bench) => bench::bench(options, library?, bench).await,
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut command, "lab", &mut std::io::stdout());
-            Ok(crate::cli::exit::OK)
-        }
-    };
-    match result {
-        Ok(code) => code,
-        Err(Failure { code, error }) => {
-            // After whatever the command printed before it failed.
-            crate::output::drain();
-            eprintln!("{} {}", t("error_prefix"), one_line(&error));
-            code
+            Ok(exit::OK)
         }
     }
 }
 
-/// An error and its causes on one line, each said once: many errors already include their
-/// cause's text in their own message, and printing the chain as well would repeat it.
-fn one_line(error: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in error.chain() {
-        let text = cause.to_string();
-        if line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
+/// The flags every command shares, checked and typed: a Toxiproxy URL that is not one is a
+/// usage error here, before anything starts.
+fn options(global: &Global) -> Result<SessionOptions, Failure> {
+    Ok(SessionOptions {
+        lang: lang(global),
+        color: color(global),
+        format: match global.format {
+            FormatArg::Json => Format::Json,
+            FormatArg::Text | FormatArg::Junit => Format::Text,
+        },
+        step: global.step,
+        quiz: global.quiz,
+        answers: global.answers,
+        show_sql: global.show_sql,
+        show_commands: global.show_commands,
+        keep: global.keep,
+        servers: ServerOptions::new(global.database_url.clone(), global.redis_url.clone()),
+        toxiproxy_url: toxiproxy_url(global)?,
+    })
+}
+
+/// Applies `--color` and tells whether stdout gets colour. `auto` follows `colored`: colour only
+/// on a terminal, never with `NO_COLOR` set, always with `CLICOLOR_FORCE`.
+fn color(global: &Global) -> bool {
+    match global.color {
+        ColorArg::Always => colored::control::set_override(true),
+        ColorArg::Never => colored::control::set_override(false),
+        ColorArg::Auto => {}
     }
-    line
+    colored::control::SHOULD_COLORIZE.should_colorize()
+}
+
+/// `--toxiproxy-url` (or `TOXIPROXY_URL`; empty counts as unset), checked: a URL that is not an
+/// http(s) URL is a usage error.
+fn toxiproxy_url(global: &Global) -> Result<Option<String>, Failure> {
+    let Some(given) = global
+        .toxiproxy_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    let bad = |reason: &str| {
+        Failure::usage(t(Msg::new("toxiproxy_url")
+            .arg("url", given)
+            .arg("reason", reason)))
+    };
+    let parsed = url::Url::parse(given).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad(&t("url_scheme")));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad(&t("url_no_host")));
+    }
+    Ok(Some(given.trim_end_matches('/').to_string()))
 }

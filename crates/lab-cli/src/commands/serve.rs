@@ -26,10 +26,12 @@ use lab_services::{ALL, ServiceSpec};
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
-use crate::cli::{Global, exit};
-use crate::session::{Failure, Guarded, Mode, Session};
-use crate::words::t;
 use lab_core::Msg;
+use lab_scenarios::Library;
+
+use crate::exit::{self, Failure};
+use crate::session::{Ended, Mode, Session, SessionOptions};
+use crate::words::t;
 
 /// Where the API, each service's proxy and each service listen.
 struct Plan {
@@ -181,49 +183,94 @@ fn print_endpoints(plan: &Plan, servers: &Servers, space: &RunSpace, stage: &Sta
     say!();
 }
 
-pub async fn serve(global: &Global, port_base: u16) -> Result<u8, Failure> {
+pub async fn serve(
+    options: SessionOptions,
+    library: Library,
+    port_base: u16,
+) -> Result<u8, Failure> {
     let plan = Plan::from_base(port_base)?;
-    let session = Session::open(global, Mode::Live)?;
+    let session = Session::open(options, library, Mode::Live);
     let bound = bind_all(&plan).await?;
-
     let needs = ALL
         .iter()
         .fold(Needs::default(), |acc, s| acc.union(s.all_needs()));
-    // Ctrl-C is how serve ends, whenever it comes.
-    let Ok(servers) = session.start_servers(needs).await? else {
-        return Ok(exit::OK);
-    };
-    let space = match RunSpace::create(&servers, &stage::schemas(ALL)).await {
-        Ok(space) => space,
-        Err(e) => {
-            session.close(servers).await;
-            return Err(Failure::environment(e));
-        }
-    };
-
-    let tasks = TaskTracker::new();
-    let started = session
-        .guarded(start_services(
-            &session, &plan, bound, &servers, &space, &tasks,
-        ))
+    let served = session
+        .with_servers(
+            needs,
+            async |servers| start(&session, &plan, bound, servers).await,
+            async |servers, ended| match ended {
+                // Serve until Ctrl-C (or `q` in step mode), then stop the services gracefully.
+                Ended::Finished(Ok(serving)) => {
+                    tokio::select! {
+                        _ = session.interrupted() => {}
+                        _ = session.gate.quit_requested() => {}
+                    }
+                    serving.stop(servers, session.config.keep).await;
+                    Ok(())
+                }
+                Ended::Finished(Err(failure)) => Err(failure),
+                // Ctrl-C is how serve ends, whenever it comes.
+                Ended::Interrupted(_) | Ended::Quit => Ok(()),
+            },
+        )
         .await;
-    let outcome = match started {
-        Guarded::Finished(Ok((stage, faults))) => {
-            // Serve until Ctrl-C (or `q` in step mode), then stop the services gracefully.
-            session.guarded(std::future::pending::<()>()).await;
-            stage.stop().await;
-            faults.release().await;
-            Ok(())
+    match served {
+        Ok(()) => {
+            eprintln!("{}", t("serve.stopped"));
+            Ok(exit::OK)
         }
-        Guarded::Finished(Err(e)) => Err(e),
-        Guarded::Interrupted(_) | Guarded::Quit => Ok(()),
-    };
-    tasks.close();
-    let _ = space.release(&servers, session.config.keep).await;
-    session.close(servers).await;
-    outcome?;
-    eprintln!("{}", t("serve.stopped"));
-    Ok(exit::OK)
+        // A signal while the servers start: nothing was served, and serve ends as it always
+        // does.
+        Err(failure) if matches!(failure.code, exit::INTERRUPTED | exit::TERMINATED) => {
+            Ok(exit::OK)
+        }
+        Err(failure) => Err(failure),
+    }
+}
+
+/// What `lab serve` runs until it is stopped.
+struct Serving {
+    space: RunSpace,
+    stage: Stage,
+    faults: Faults,
+    tasks: TaskTracker,
+}
+
+impl Serving {
+    /// Stops the services gracefully, then the proxies, then drops the session's schema and
+    /// keys (unless `--keep`).
+    async fn stop(self, servers: &Servers, keep: bool) {
+        self.stage.stop().await;
+        self.faults.release().await;
+        self.tasks.close();
+        let _ = self.space.release(servers, keep).await;
+    }
+}
+
+/// The session's space, the API and the services, and where they are, printed.
+async fn start(
+    session: &Session,
+    plan: &Plan,
+    bound: Bound,
+    servers: &Servers,
+) -> Result<Serving, Failure> {
+    let space = RunSpace::create(servers, &stage::schemas(ALL))
+        .await
+        .map_err(Failure::environment)?;
+    let tasks = TaskTracker::new();
+    match start_services(session, plan, bound, servers, &space, &tasks).await {
+        Ok((stage, faults)) => Ok(Serving {
+            space,
+            stage,
+            faults,
+            tasks,
+        }),
+        Err(failure) => {
+            tasks.close();
+            let _ = space.release(servers, session.config.keep).await;
+            Err(failure)
+        }
+    }
 }
 
 /// Starts the API and the services, and prints where they are.
@@ -254,9 +301,11 @@ async fn start_services(
         services: bound.direct,
         redis_hop: format!("127.0.0.1:{}", plan.redis_hop),
     };
-    let stage = Stage::start(ALL, &config, ports)
-        .await
-        .map_err(|e| Failure::environment(anyhow::anyhow!("cannot start the services: {e}")))?;
+    let stage = Stage::start(ALL, &config, ports).await.map_err(|e| {
+        Failure::environment(anyhow::anyhow!(t(
+            Msg::new("serve.cannot_start").arg("error", e.to_string())
+        )))
+    })?;
     print_endpoints(plan, servers, space, &stage);
     Ok((stage, faults))
 }

@@ -19,8 +19,13 @@ use lab_scenarios::ScenarioError;
 use lab_scenarios::soak::{self, Iteration};
 use serde_json::json;
 
-use crate::cli::{FormatArg, Global, Protections, SoakTarget, exit};
-use crate::session::{self, Failure, Guarded, Mode, Session};
+use lab_core::Msg;
+use lab_scenarios::Library;
+
+use crate::cli::{Protections, SoakTarget};
+use crate::exit::{self, Failure};
+use crate::session::{Format, Mode, Session, SessionOptions};
+use crate::words::t;
 
 /// How many violating iterations the text summary lists one by one.
 const LISTED: usize = 20;
@@ -41,69 +46,33 @@ fn protections_name(protections: Protections) -> &'static str {
 }
 
 pub async fn soak(
-    global: &Global,
+    options: SessionOptions,
+    library: Library,
     target: SoakTarget,
     iterations: u32,
     seed: Option<u64>,
     protections: Protections,
 ) -> Result<u8, Failure> {
     let SoakTarget::Chain = target;
-    let session = Session::open(global, Mode::Headless)?;
+    let session = Session::open(options, library, Mode::Headless);
     let seed = seed.unwrap_or_else(clock_seed);
     let on = protections == Protections::On;
-    let servers = match session
-        .start_servers(Needs {
-            postgres: false,
-            redis: true,
-        })
-        .await?
-    {
-        Ok(servers) => servers,
-        Err(signal) => return Ok(session::interrupted(signal)),
+    let needs = Needs {
+        postgres: false,
+        redis: true,
     };
-
-    // Escape codes, like the spinner: only on a terminal, and not with --color never.
-    let bar = if session.color {
-        ProgressBar::new(u64::from(iterations))
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} iterations · {msg} · {elapsed}")
-            .expect("a valid template"),
-    );
-    bar.set_message("0 violations");
-    bar.enable_steady_tick(Duration::from_millis(200));
-
-    let json = session.format == FormatArg::Json;
-    let work = async {
-        let mut done: Vec<Iteration> = Vec::new();
-        let mut next = seed;
-        for number in 0..iterations {
-            let iteration = soak::iteration(&servers, next, on).await?;
-            if json {
-                let mut line = serde_json::to_value(&iteration).unwrap_or_default();
-                line["event"] = "soak_iteration".into();
-                line["iteration"] = number.into();
-                say!("{line}");
-            }
-            done.push(iteration);
-            let violations = done.iter().filter(|i| i.violation.is_some()).count();
-            bar.inc(1);
-            bar.set_message(format!("{violations} violations"));
-            next = soak::next_seed(next);
-        }
-        Ok::<_, ScenarioError>(done)
-    };
-    let outcome = session.guarded(work).await;
-    bar.finish_and_clear();
-    session.close(servers).await;
-    let done = match outcome {
-        Guarded::Finished(Ok(done)) => done,
-        Guarded::Finished(Err(e)) => return Err(session::scenario_failure(e)),
-        Guarded::Interrupted(signal) => return Ok(session::interrupted(signal)),
-        Guarded::Quit => return Ok(session::quit()),
-    };
+    let bar = progress_bar(&session, iterations);
+    let json = session.format() == Format::Json;
+    let done = session
+        .with_servers(
+            needs,
+            async |servers| Ok(iterate(servers, seed, iterations, on, json, &bar).await?),
+            async |_, ended| {
+                bar.finish_and_clear();
+                ended.into_result()
+            },
+        )
+        .await?;
 
     let violations: Vec<(usize, &Iteration)> = done
         .iter()
@@ -134,6 +103,50 @@ pub async fn soak(
     })
 }
 
+/// Escape codes, like the spinner: only on a terminal, and not with --color never.
+fn progress_bar(session: &Session, iterations: u32) -> ProgressBar {
+    let bar = if session.color() {
+        ProgressBar::new(u64::from(iterations))
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} · {msg} · {elapsed}")
+            .expect("a valid template"),
+    );
+    bar.set_message(t(Msg::new("soak.violations").arg("count", 0usize)));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// The iterations, one after the other, each from the seed after the last one's.
+async fn iterate(
+    servers: &lab_infra::Servers,
+    seed: u64,
+    iterations: u32,
+    on: bool,
+    json: bool,
+    bar: &ProgressBar,
+) -> Result<Vec<Iteration>, ScenarioError> {
+    let mut done: Vec<Iteration> = Vec::new();
+    let mut next = seed;
+    for number in 0..iterations {
+        let iteration = soak::iteration(servers, next, on).await?;
+        if json {
+            let mut line = serde_json::to_value(&iteration).unwrap_or_default();
+            line["event"] = "soak_iteration".into();
+            line["iteration"] = number.into();
+            say!("{line}");
+        }
+        done.push(iteration);
+        let violations = done.iter().filter(|i| i.violation.is_some()).count();
+        bar.inc(1);
+        bar.set_message(t(Msg::new("soak.violations").arg("count", violations)));
+        next = soak::next_seed(next);
+    }
+    Ok(done)
+}
+
 fn print_summary(
     seed: u64,
     protections: Protections,
@@ -141,20 +154,21 @@ fn print_summary(
     violations: &[(usize, &Iteration)],
 ) {
     let on = protections == Protections::On;
+    let name = protections_name(protections);
     say!(
-        "lab soak chain: {} iterations from seed {seed}, protections {}",
-        done.len(),
-        protections_name(protections)
+        "{}",
+        t(Msg::new("soak.title")
+            .arg("iterations", done.len())
+            .arg("seed", seed.to_string())
+            .arg("protections", name))
     );
     say!(
         "  {}",
-        if on {
-            "(orders passes the client's key down unchanged; the payment service guards keys; \
-             the provider deduplicates by key)"
+        t(if on {
+            "soak.design_on"
         } else {
-            "(the broken design: orders mints a new key per attempt; no key guard; no \
-             deduplication at the provider)"
-        }
+            "soak.design_off"
+        })
     );
     say!();
     let placed: usize = done.iter().map(|i| i.faults.len()).sum();
@@ -163,59 +177,63 @@ fn print_summary(
     let calls: u64 = done.iter().map(|i| i.payments_calls).sum();
     let charges: usize = done.iter().map(|i| i.charges).sum();
     let rows = [
-        (
-            "iterations (one payment, one key each)",
-            done.len().to_string(),
-        ),
-        ("faults placed / fired", format!("{placed} / {fired}")),
-        ("client got 200", paid.to_string()),
-        (
-            "client gave up, outcome unknown",
-            (done.len() - paid).to_string(),
-        ),
-        ("requests to the payment service", calls.to_string()),
-        ("charges at the provider", charges.to_string()),
-        (
-            "violations (not one charge per key)",
-            violations.len().to_string(),
-        ),
+        ("soak.row_iterations", done.len().to_string()),
+        ("soak.row_faults", format!("{placed} / {fired}")),
+        ("soak.row_paid", paid.to_string()),
+        ("soak.row_gave_up", (done.len() - paid).to_string()),
+        ("soak.row_calls", calls.to_string()),
+        ("soak.row_charges", charges.to_string()),
+        ("soak.row_violations", violations.len().to_string()),
     ];
     for (what, value) in rows {
-        say!("  {what:<40} {value:>8}");
+        say!("  {:<40} {value:>8}", t(what));
     }
     say!();
     if violations.is_empty() {
-        say!("Every iteration kept one charge per key.");
+        say!("{}", t("soak.kept"));
         return;
     }
+    print_violations(name, violations);
+    say!();
+    say!(
+        "{}",
+        t(if on {
+            "soak.broke_on"
+        } else {
+            "soak.broke_off"
+        })
+    );
+}
+
+/// Each violating iteration (the first [`LISTED`]): its seed, its faults, and how to replay it.
+fn print_violations(protections: &str, violations: &[(usize, &Iteration)]) {
     for (number, iteration) in violations.iter().take(LISTED) {
         let faults: Vec<String> = iteration.faults.iter().map(ToString::to_string).collect();
         say!(
-            "  iteration {number}, seed {}: {}",
-            iteration.seed,
-            iteration.violation.as_deref().unwrap_or_default()
+            "  {}",
+            t(Msg::new("soak.violation")
+                .arg("number", *number)
+                .arg("seed", iteration.seed.to_string())
+                .arg(
+                    "violation",
+                    iteration.violation.as_deref().unwrap_or_default()
+                ))
         );
-        say!("      faults: {}", faults.join("; "));
         say!(
-            "      replay: lab soak chain --iterations 1 --seed {} --protections {}",
-            iteration.seed,
-            protections_name(protections)
+            "      {}",
+            t(Msg::new("soak.faults").arg("faults", faults.join("; ")))
+        );
+        say!(
+            "      {}",
+            t(Msg::new("soak.replay")
+                .arg("seed", iteration.seed.to_string())
+                .arg("protections", protections))
         );
     }
     if violations.len() > LISTED {
         say!(
-            "  … and {} more (--format json lists every one)",
-            violations.len() - LISTED
+            "  {}",
+            t(Msg::new("soak.more").arg("count", violations.len() - LISTED))
         );
     }
-    say!();
-    say!(
-        "{}",
-        if on {
-            "The invariant broke with the protections on: that is a bug (exit 1)."
-        } else {
-            "With the protections off these are the lesson's demonstration: a retry below a \
-             lost answer charged again (exit 0)."
-        }
-    );
 }

@@ -35,14 +35,14 @@ use idem::{Coordinator, Policy, Request, Source, Unprotected};
 use indicatif::ProgressBar;
 use lab_core::Msg;
 use lab_infra::servers::RedisServer;
-use lab_infra::{Needs, Origin};
+use lab_infra::{Needs, Origin, Servers};
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 use serde_json::json;
 
 use super::{Sample, measure, print_table, progress, ratio_cell, tenth, warm_up};
-use crate::cli::{FormatArg, Global, exit};
-use crate::session::{self, Failure, Guarded, Mode, Session};
+use crate::exit::{self, Failure};
+use crate::session::{Format, Session};
 use crate::words::t;
 
 /// The result TTL every call asks for: an hour, as the Python reference bench (`ttl_seconds=3600`).
@@ -173,33 +173,18 @@ struct Plan<'a> {
 }
 
 pub async fn run(
-    global: &Global,
+    session: Session,
     ops: u64,
     concurrency: &[u32],
     python: Option<&FsPath>,
 ) -> Result<u8, Failure> {
     if let Some(python) = python
-        && !python.exists()
+        && !tokio::fs::try_exists(python).await.unwrap_or(false)
     {
         return Err(Failure::usage(t(
             Msg::new("bench.no_python").arg("path", python.display().to_string())
         )));
     }
-    let session = Session::open(global, Mode::Headless)?;
-    let servers = match session
-        .start_servers(Needs {
-            postgres: false,
-            redis: true,
-        })
-        .await?
-    {
-        Ok(servers) => servers,
-        Err(signal) => return Ok(session::interrupted(signal)),
-    };
-    let Some(redis) = servers.redis.as_ref() else {
-        session.close(servers).await;
-        return Err(Failure::environment(anyhow!("no Redis was started")));
-    };
     // Eight hex digits of a fresh UUID: never a glob character, so `SCAN MATCH prefix*` matches
     // exactly the bench's keys.
     let prefix = format!(
@@ -209,74 +194,116 @@ pub async fn run(
     // Rows: 2 paths × 2 policies × each concurrency; each row times idem and raw, each after
     // its warm-up. (The Python rows, if any, run after the bar is full.)
     let rows = 2 * 2 * concurrency.len() as u64;
-    let calls = rows * 2 * (ops + warm_up(ops));
-    let bar = progress(global, calls);
+    let bar = progress(session.color(), rows * 2 * (ops + warm_up(ops)));
     bar.set_message("idem");
     let plan = Plan {
         prefix: &prefix,
         ops,
         bar: &bar,
     };
-
-    let mut masters = Vec::new();
-    let work = async {
-        let link = connect(redis).await?;
-        let mut rows = match &link {
-            Link::Single(conn) => all_rows(conn.clone(), &plan, concurrency).await?,
-            Link::Cluster { conn, masters: m } => {
-                masters = m.clone();
-                all_rows(conn.clone(), &plan, concurrency).await?
-            }
-        };
-        if let Some(python) = python {
-            bar.set_message("idempotency-kit");
-            let python_prefix = format!("{prefix}py:");
-            rows.extend(python_rows(python, &redis.url, &python_prefix, ops, concurrency).await?);
-        }
-        Ok::<_, Failure>(rows)
+    let needs = Needs {
+        postgres: false,
+        redis: true,
     };
-    let outcome = session.guarded(work).await;
-    bar.finish_and_clear();
-    // Whatever happened (an error, Ctrl-C), the bench's keys go.
-    let deleted = delete_prefix(redis, &masters, &prefix).await;
-    let origin = redis.origin;
-    let version = redis.version.clone();
-    let url = lab_infra::url::redact(&redis.url);
-    session.close(servers).await;
-    let rows = match outcome {
-        Guarded::Finished(Ok(rows)) => rows,
-        Guarded::Finished(Err(failure)) => return Err(failure),
-        Guarded::Interrupted(signal) => return Ok(session::interrupted(signal)),
-        Guarded::Quit => return Ok(session::quit()),
-    };
-    let deleted = deleted.map_err(Failure::environment)?;
-
-    if session.format == FormatArg::Json {
+    let masters = parking_lot::Mutex::new(Vec::new());
+    let (rows, about) = session
+        .with_servers(
+            needs,
+            async |servers| {
+                let redis = redis_of(servers)?;
+                let rows = measure_rows(redis, &plan, concurrency, &masters).await?;
+                let python = match python {
+                    Some(python) => {
+                        bar.set_message("idempotency-kit");
+                        let python_prefix = format!("{prefix}py:");
+                        python_rows(python, &redis.url, &python_prefix, ops, concurrency).await?
+                    }
+                    None => Vec::new(),
+                };
+                Ok([rows, python].concat())
+            },
+            async |servers, ended| {
+                bar.finish_and_clear();
+                // Whatever happened (an error, Ctrl-C), the bench's keys go.
+                let redis = redis_of(servers)?;
+                let nodes = masters.lock().clone();
+                let deleted = delete_prefix(redis, &nodes, &prefix).await;
+                let rows = ended.into_result()?;
+                let about = About {
+                    url: lab_infra::url::redact(&redis.url),
+                    origin: redis.origin,
+                    version: redis.version.clone(),
+                    cluster: !masters.lock().is_empty(),
+                    deleted: deleted.map_err(Failure::environment)?,
+                };
+                Ok((rows, about))
+            },
+        )
+        .await?;
+    if session.format() == Format::Json {
         for row in &rows {
             say!("{}", row.json());
         }
-        return Ok(exit::OK);
+    } else {
+        print_rows(&rows, &about, &prefix, ops, python.is_some());
     }
-    let origin = match origin {
+    Ok(exit::OK)
+}
+
+/// The Redis of the bench's servers.
+fn redis_of(servers: &Servers) -> Result<&RedisServer, Failure> {
+    servers.redis.as_ref().ok_or_else(|| {
+        Failure::environment(anyhow!(t(
+            Msg::new("bench.no_server").arg("server", "Redis")
+        )))
+    })
+}
+
+/// What the table's title and its last line say about the Redis measured on.
+struct About {
+    url: String,
+    origin: Origin,
+    version: String,
+    cluster: bool,
+    deleted: u64,
+}
+
+/// idem's rows and raw's, on a single Redis or a cluster (whose masters the cleanup scans).
+async fn measure_rows(
+    redis: &RedisServer,
+    plan: &Plan<'_>,
+    concurrency: &[u32],
+    masters: &parking_lot::Mutex<Vec<String>>,
+) -> Result<Vec<Row>, Failure> {
+    match connect(redis).await? {
+        Link::Single(conn) => all_rows(conn, plan, concurrency).await,
+        Link::Cluster { conn, masters: m } => {
+            *masters.lock() = m;
+            all_rows(conn, plan, concurrency).await
+        }
+    }
+}
+
+/// The table for people.
+fn print_rows(rows: &[Row], about: &About, prefix: &str, ops: u64, python: bool) {
+    let origin = match about.origin {
         Origin::Given => t("bench.given"),
         Origin::Throwaway => t("bench.throwaway"),
+    };
+    let cluster = if about.cluster {
+        format!(", {}", t("bench.cluster"))
+    } else {
+        String::new()
     };
     say!(
         "{}",
         t(Msg::new("bench.coordinator_title")
-            .arg("url", url)
+            .arg("url", about.url.as_str())
             .arg("origin", origin)
-            .arg("version", version)
+            .arg("version", about.version.as_str())
             .arg("ops", ops.to_string())
             .arg("warm", warm_up(ops).to_string())
-            .arg(
-                "cluster",
-                if masters.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {}", t("bench.cluster"))
-                }
-            ))
+            .arg("cluster", cluster))
     );
     say!();
     let header: Vec<String> = [
@@ -312,16 +339,15 @@ pub async fn run(
     print_table(&header, &cells, 3);
     say!();
     say!("{}", t("bench.raw_means"));
-    if python.is_some() {
+    if python {
         say!("{}", t("bench.python_raw_means"));
     }
     say!(
         "{}",
         t(Msg::new("bench.cleaned")
-            .arg("count", deleted.to_string())
-            .arg("prefix", prefix.as_str()))
+            .arg("count", about.deleted.to_string())
+            .arg("prefix", prefix))
     );
-    Ok(exit::OK)
 }
 
 /// Connects the way the bench needs: a cluster connection when the server is a cluster node.
@@ -440,10 +466,9 @@ where
 {
     let coordinator = Coordinator::new(conn, policy.policy()).with_prefix(plan.prefix);
     let operation = format!("bench.{}.{}.{callers}", path.name(), policy.name());
-    let replay_key = "stored";
     if path == CallPath::Replay {
         let first = coordinator
-            .coordinate(Request::new(&operation, replay_key, TTL), |_| async {
+            .coordinate(Request::new(&operation, REPLAY_KEY, TTL), |_| async {
                 Ok::<_, Infallible>(json!({"n": 0}))
             })
             .await;
@@ -455,7 +480,7 @@ where
         async move {
             let key = match path {
                 CallPath::New => n.to_string(),
-                CallPath::Replay => replay_key.to_string(),
+                CallPath::Replay => REPLAY_KEY.to_string(),
             };
             let outcome = coordinator
                 .coordinate(Request::new(operation, &key, TTL), |_| async move {
@@ -481,11 +506,13 @@ fn expect_source(
     outcome: Result<idem::Coordinated<serde_json::Value>, idem::Error<Infallible>>,
     expected: Expect,
 ) -> Result<(), Failure> {
-    let unexpected = |got: String| Failure {
-        code: exit::DRIFT,
-        error: anyhow!(t(Msg::new("bench.unexpected")
-            .arg("expected", format!("{expected:?}"))
-            .arg("got", got))),
+    let unexpected = |got: String| {
+        Failure::new(
+            exit::DRIFT,
+            anyhow!(t(Msg::new("bench.unexpected")
+                .arg("expected", format!("{expected:?}"))
+                .arg("got", got))),
+        )
     };
     match outcome {
         Ok(done) => match (&done.source, expected) {
@@ -537,114 +564,162 @@ async fn raw_sample<C>(
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let settings = policy.policy();
-    let lease_ms = settings.lease.as_millis() as u64;
-    let ttl_ms = TTL.as_millis() as u64;
-    let retention_ms = settings.fence_retention.as_millis() as u64;
-    let operation = format!("raw.{}.{}.{callers}", path.name(), policy.name());
-    let owner = (policy == PolicyName::Hardened).then_some(RAW_OWNER);
-    let replay_key = "stored";
-    let key_of = |n: u64| match path {
-        CallPath::New => n.to_string(),
-        CallPath::Replay => replay_key.to_string(),
-    };
+    let raw = Raw::new(plan, path, policy, callers);
     if path == CallPath::Replay {
-        let record_key = format!("{}{operation}:{replay_key}", plan.prefix);
-        let record = record_json(&operation, replay_key, "completed", owner);
-        let mut conn = conn.clone();
-        redis::cmd("SET")
-            .arg(&record_key)
-            .arg(record)
-            .arg("PX")
-            .arg(ttl_ms)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(storage)?;
+        raw.store_replayed(conn.clone()).await?;
     }
-    let call = |n: u64| {
-        let mut conn = conn.clone();
-        let key = key_of(n);
-        let record_key = format!("{}{operation}:{key}", plan.prefix);
-        let pending = record_json(&operation, &key, "pending", owner);
-        let operation = &operation;
-        async move {
-            let taken = match policy {
-                PolicyName::Compatible => {
-                    let previous: Option<Vec<u8>> = redis::cmd("SET")
-                        .arg(&record_key)
-                        .arg(&pending)
-                        .arg("NX")
-                        .arg("GET")
-                        .arg("PX")
-                        .arg(lease_ms)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(storage)?;
-                    previous.is_some()
-                }
-                PolicyName::Hardened => {
-                    let fence_key = idem::key::fence_key(plan.prefix, &record_key);
-                    let reply: Value = RESERVE
-                        .key(&record_key)
-                        .key(&fence_key)
-                        .arg(&pending)
-                        .arg(lease_ms)
-                        .arg(lease_ms + retention_ms)
-                        .invoke_async(&mut conn)
-                        .await
-                        .map_err(storage)?;
-                    matches!(reply, Value::BulkString(_))
-                }
-            };
-            match (path, taken) {
-                (CallPath::Replay, true) => return Ok(()),
-                (CallPath::New, false) => {}
-                _ => {
-                    return Err(Failure {
-                        code: exit::DRIFT,
-                        error: anyhow!(
-                            "raw client: {record_key} was not as expected (taken: {taken})"
-                        ),
-                    });
-                }
-            }
-            let record = record_json(operation, &key, "completed", owner);
-            match policy {
-                PolicyName::Compatible => redis::cmd("SET")
-                    .arg(&record_key)
-                    .arg(&record)
-                    .arg("PX")
-                    .arg(ttl_ms)
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map_err(storage),
-                PolicyName::Hardened => {
-                    let fence_key = idem::key::fence_key(plan.prefix, &record_key);
-                    let stored: i64 = COMPLETE
-                        .key(&record_key)
-                        .key(&fence_key)
-                        .arg(RAW_OWNER)
-                        .arg(&record)
-                        .arg(ttl_ms)
-                        .arg(ttl_ms + retention_ms)
-                        .invoke_async(&mut conn)
-                        .await
-                        .map_err(storage)?;
-                    if stored == 1 {
-                        Ok(())
-                    } else {
-                        Err(Failure {
-                            code: exit::DRIFT,
-                            error: anyhow!("raw client: complete.lua did not store {record_key}"),
-                        })
-                    }
-                }
-            }
-        }
-    };
+    let call = |n: u64| raw.call(conn.clone(), n);
     let warm = warm_up(plan.ops);
     measure(plan.ops, warm, callers, plan.bar, call).await?;
     measure(0, plan.ops, callers, plan.bar, call).await
+}
+
+/// The bare client of one row: what idem would send on this path, with this policy.
+struct Raw<'a> {
+    prefix: &'a str,
+    path: CallPath,
+    policy: PolicyName,
+    operation: String,
+    owner: Option<&'static str>,
+    lease_ms: u64,
+    ttl_ms: u64,
+    retention_ms: u64,
+}
+
+/// The key every replay reads.
+const REPLAY_KEY: &str = "stored";
+
+impl<'a> Raw<'a> {
+    fn new(plan: &Plan<'a>, path: CallPath, policy: PolicyName, callers: u32) -> Raw<'a> {
+        let settings = policy.policy();
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Raw {
+            prefix: plan.prefix,
+            path,
+            policy,
+            operation: format!("raw.{}.{}.{callers}", path.name(), policy.name()),
+            owner: (policy == PolicyName::Hardened).then_some(RAW_OWNER),
+            lease_ms: millis(settings.lease),
+            ttl_ms: millis(TTL),
+            retention_ms: millis(settings.fence_retention),
+        }
+    }
+
+    fn record_key(&self, key: &str) -> String {
+        format!("{}{}:{key}", self.prefix, self.operation)
+    }
+
+    /// The replay path's one stored record.
+    async fn store_replayed<C: ConnectionLike + Send>(&self, mut conn: C) -> Result<(), Failure> {
+        let record = record_json(&self.operation, REPLAY_KEY, "completed", self.owner);
+        redis::cmd("SET")
+            .arg(self.record_key(REPLAY_KEY))
+            .arg(record)
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(storage)
+    }
+
+    /// Call `n`: the reservation, checked as idem checks it, then (for a new key) the result.
+    async fn call<C: ConnectionLike + Send>(&self, mut conn: C, n: u64) -> Result<(), Failure> {
+        let key = match self.path {
+            CallPath::New => n.to_string(),
+            CallPath::Replay => REPLAY_KEY.to_string(),
+        };
+        let record_key = self.record_key(&key);
+        let taken = self.reserve(&mut conn, &key, &record_key).await?;
+        match (self.path, taken) {
+            (CallPath::Replay, true) => Ok(()),
+            (CallPath::New, false) => self.complete(&mut conn, &key, &record_key).await,
+            _ => Err(Failure::new(
+                exit::DRIFT,
+                anyhow!(t(Msg::new("bench.raw_unexpected")
+                    .arg("key", record_key.as_str())
+                    .arg("taken", taken.to_string()))),
+            )),
+        }
+    }
+
+    /// Reserves the key; whether it was taken already.
+    async fn reserve<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        record_key: &str,
+    ) -> Result<bool, Failure> {
+        let pending = record_json(&self.operation, key, "pending", self.owner);
+        match self.policy {
+            PolicyName::Compatible => {
+                let previous: Option<Vec<u8>> = redis::cmd("SET")
+                    .arg(record_key)
+                    .arg(&pending)
+                    .arg("NX")
+                    .arg("GET")
+                    .arg("PX")
+                    .arg(self.lease_ms)
+                    .query_async(conn)
+                    .await
+                    .map_err(storage)?;
+                Ok(previous.is_some())
+            }
+            PolicyName::Hardened => {
+                let fence_key = idem::key::fence_key(self.prefix, record_key);
+                let reply: Value = RESERVE
+                    .key(record_key)
+                    .key(&fence_key)
+                    .arg(&pending)
+                    .arg(self.lease_ms)
+                    .arg(self.lease_ms + self.retention_ms)
+                    .invoke_async(conn)
+                    .await
+                    .map_err(storage)?;
+                Ok(matches!(reply, Value::BulkString(_)))
+            }
+        }
+    }
+
+    /// Stores the result of a new key.
+    async fn complete<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        record_key: &str,
+    ) -> Result<(), Failure> {
+        let record = record_json(&self.operation, key, "completed", self.owner);
+        match self.policy {
+            PolicyName::Compatible => redis::cmd("SET")
+                .arg(record_key)
+                .arg(&record)
+                .arg("PX")
+                .arg(self.ttl_ms)
+                .query_async::<()>(conn)
+                .await
+                .map_err(storage),
+            PolicyName::Hardened => {
+                let fence_key = idem::key::fence_key(self.prefix, record_key);
+                let stored: i64 = COMPLETE
+                    .key(record_key)
+                    .key(&fence_key)
+                    .arg(RAW_OWNER)
+                    .arg(&record)
+                    .arg(self.ttl_ms)
+                    .arg(self.ttl_ms + self.retention_ms)
+                    .invoke_async(conn)
+                    .await
+                    .map_err(storage)?;
+                if stored == 1 {
+                    Ok(())
+                } else {
+                    Err(Failure::new(
+                        exit::DRIFT,
+                        anyhow!(t(Msg::new("bench.raw_not_stored").arg("key", record_key))),
+                    ))
+                }
+            }
+        }
+    }
 }
 
 /// Redis failed during the bench: the environment (exit 3), with what Redis said.

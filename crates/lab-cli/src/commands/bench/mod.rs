@@ -28,22 +28,37 @@ use std::time::{Duration, Instant};
 use colored::Colorize;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cli::{BenchCommand, ColorArg, Global};
-use crate::session::Failure;
+use lab_scenarios::Library;
 
-pub async fn bench(global: &Global, command: &BenchCommand) -> Result<u8, Failure> {
+use crate::cli::BenchCommand;
+use crate::exit::Failure;
+use crate::session::{Mode, Session, SessionOptions};
+
+pub async fn bench(
+    options: SessionOptions,
+    library: Library,
+    command: &BenchCommand,
+) -> Result<u8, Failure> {
+    let session = Session::open(options, library, Mode::Headless);
     match command {
         BenchCommand::Coordinator {
             ops,
             concurrency,
             python,
-        } => coordinator::run(global, *ops, concurrency, python.as_deref()).await,
+        } => coordinator::run(session, *ops, concurrency, python.as_deref()).await,
         BenchCommand::ReportApi {
             requests,
             keys,
             concurrency,
             target,
-        } => report_api::run(global, *requests, *keys, *concurrency, target.as_deref()).await,
+        } => {
+            let load = report_api::Load {
+                requests: *requests,
+                keys: *keys,
+                concurrency: *concurrency,
+            };
+            report_api::run(session, load, target.as_deref()).await
+        }
     }
 }
 
@@ -123,10 +138,10 @@ pub fn warm_up(ops: u64) -> u64 {
     (ops / 10).clamp(1, 300)
 }
 
-/// A bar counting calls on stderr: only when stderr is a terminal, and not with `--color never`
-/// (it is drawn with escape codes).
-pub fn progress(global: &Global, total: u64) -> ProgressBar {
-    let bar = if std::io::stderr().is_terminal() && global.color != ColorArg::Never {
+/// A bar counting calls on stderr: only when stderr is a terminal and colour is on (it is drawn
+/// with escape codes).
+pub fn progress(color: bool, total: u64) -> ProgressBar {
+    let bar = if std::io::stderr().is_terminal() && color {
         ProgressBar::new(total)
     } else {
         ProgressBar::hidden()

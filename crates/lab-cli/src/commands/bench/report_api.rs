@@ -31,8 +31,8 @@ use sqlx::PgPool;
 use tokio_util::task::TaskTracker;
 
 use super::{Sample, measure, print_table, progress, ratio_cell, tenth};
-use crate::cli::{FormatArg, Global, exit};
-use crate::session::{self, Failure, Guarded, Mode, Session};
+use crate::exit::{self, Failure};
+use crate::session::{Format, Session};
 use crate::words::t;
 
 /// The report type of every bench request: the payload hash of key k is then fixed by k alone,
@@ -49,177 +49,211 @@ struct Side {
     reports: Option<u64>,
 }
 
-pub async fn run(
-    global: &Global,
-    requests: u64,
-    keys: u64,
-    concurrency: u32,
-    target: Option<&str>,
-) -> Result<u8, Failure> {
-    let target = match target {
-        Some(given) => Some(check_target(given)?),
-        None => None,
-    };
-    let session = Session::open(global, Mode::Headless)?;
-    let servers = match session.start_servers(Needs::POSTGRES).await? {
-        Ok(servers) => servers,
-        Err(signal) => return Ok(session::interrupted(signal)),
-    };
-    let space = match RunSpace::create(&servers, &stage::schemas(&[&reports::SPEC])).await {
-        Ok(space) => space,
-        Err(e) => {
-            session.close(servers).await;
-            return Err(Failure::environment(e));
-        }
-    };
-    let tag = format!("bench-{}", space.run_id);
-    let bar = progress(global, 2 * requests);
-    let tasks = TaskTracker::new();
+/// How much load: requests in all, the keys they spread over, concurrent clients.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    pub requests: u64,
+    pub keys: u64,
+    pub concurrency: u32,
+}
 
-    let work = async {
-        let pool = space
-            .pg
-            .clone()
-            .ok_or_else(|| Failure::environment(anyhow!("no PostgreSQL pool")))?;
-        // The embedded service, started as a scenario run starts it: silent, no faults.
-        let (url, stage) = match &target {
-            Some(url) => (url.clone(), None),
-            None => {
-                let config = StageConfig {
-                    space: &space,
-                    narrator: None,
-                    checkpoints: Checkpoints::new(),
-                    tasks: tasks.clone(),
-                    faults: None,
-                    hops: &[],
-                };
-                let stage = Stage::start(&[&reports::SPEC], &config, Ports::Free)
-                    .await
-                    .map_err(|e| {
-                        Failure::environment(anyhow!("cannot start the report service: {e}"))
-                    })?;
-                let url = stage
-                    .get(&reports::SPEC)
-                    .map(|handle| handle.url.clone())
-                    .ok_or_else(|| {
-                        Failure::environment(anyhow!("the report service did not start"))
-                    })?;
-                (url, Some(stage))
-            }
-        };
-        bar.set_message("http");
-        let http = over_http(&url, &tag, requests, keys, concurrency, &bar).await;
-        if let Some(stage) = stage {
-            stage.stop().await;
-        }
-        let mut http = http?;
-        http.reports = match &target {
-            None => Some(count_in_database(&pool, &format!("{tag}-http-")).await?),
-            Some(url) => count_through_api(url, &format!("{tag}-http-")).await,
-        };
-        bar.set_message("sqlx");
-        let mut direct = directly(&pool, &tag, requests, keys, concurrency, &bar).await?;
-        direct.reports = Some(count_in_database(&pool, &format!("{tag}-sqlx-")).await?);
-        Ok::<_, Failure>([http, direct])
-    };
-    let outcome = session.guarded(work).await;
-    bar.finish_and_clear();
-    tasks.close();
-    tasks.wait().await;
-    let _ = space.release(&servers, false).await;
-    session.close(servers).await;
-    let sides = match outcome {
-        Guarded::Finished(Ok(sides)) => sides,
-        Guarded::Finished(Err(failure)) => return Err(failure),
-        Guarded::Interrupted(signal) => return Ok(session::interrupted(signal)),
-        Guarded::Quit => return Ok(session::quit()),
-    };
-
+pub async fn run(session: Session, load: Load, target: Option<&str>) -> Result<u8, Failure> {
+    let target = target.map(check_target).transpose()?;
+    let bar = progress(session.color(), 2 * load.requests);
+    let sides = session
+        .with_servers(
+            Needs::POSTGRES,
+            async |servers| both_sides(servers, load, target.as_deref(), &bar).await,
+            async |_, ended| {
+                bar.finish_and_clear();
+                ended.into_result()
+            },
+        )
+        .await?;
     // Exactly K reports on each side, or the protection failed (drift, exit 1). A target whose
     // reports cannot be counted is said so, and does not fail the bench.
-    let exact = sides.iter().all(|s| s.reports.is_none_or(|n| n == keys));
-    let direct_rate = sides[1].sample.ops_per_sec();
-    if session.format == FormatArg::Json {
-        for side in &sides {
-            let ops_per_sec = tenth(side.sample.ops_per_sec());
-            say!(
-                "{}",
-                json!({
-                    "bench": "report-api",
-                    "via": side.via,
-                    "target": target.as_deref().unwrap_or("embedded"),
-                    "requests": requests,
-                    "keys": keys,
-                    "concurrency": concurrency,
-                    "requests_per_sec": ops_per_sec,
-                    "p50_us": tenth(side.sample.percentile_us(50.0)),
-                    "p99_us": tenth(side.sample.percentile_us(99.0)),
-                    "created": side.created,
-                    "replayed": side.replayed,
-                    "reports": side.reports,
-                    "expected_reports": keys,
-                    "ratio_to_sqlx": ops_per_sec / tenth(direct_rate).max(f64::MIN_POSITIVE),
-                })
-            );
-        }
-    } else {
-        say!(
-            "{}",
-            t(Msg::new("bench.report_title")
-                .arg("requests", requests.to_string())
-                .arg("keys", keys.to_string())
-                .arg("concurrency", concurrency.to_string())
-                .arg("target", target.as_deref().unwrap_or("embedded")))
-        );
-        say!();
-        let header: Vec<String> = [
-            "col_via",
-            "col_requests_per_sec",
-            "col_p50",
-            "col_p99",
-            "col_created",
-            "col_replayed",
-            "col_reports",
-            "col_ratio_sqlx",
-        ]
+    let exact = sides
         .iter()
-        .map(|key| t(Msg::new(format!("bench.{key}"))))
-        .collect();
-        let cells: Vec<Vec<String>> = sides
-            .iter()
-            .map(|side| {
-                vec![
-                    side.via.to_string(),
-                    format!("{:.0}", side.sample.ops_per_sec()),
-                    format!("{:.0}", side.sample.percentile_us(50.0)),
-                    format!("{:.0}", side.sample.percentile_us(99.0)),
-                    side.created.to_string(),
-                    side.replayed.to_string(),
-                    side.reports
-                        .map_or_else(|| "?".to_string(), |n| n.to_string()),
-                    ratio_cell(side.sample.ops_per_sec() / direct_rate.max(f64::MIN_POSITIVE)),
-                ]
-            })
-            .collect();
-        print_table(&header, &cells, 1);
-        say!();
-        say!("{}", t("bench.report_means"));
-        if target.is_some() {
-            say!("{}", t("bench.report_direct_elsewhere"));
+        .all(|s| s.reports.is_none_or(|n| n == load.keys));
+    let shown = target.as_deref().unwrap_or("embedded");
+    if session.format() == Format::Json {
+        print_json(&sides, load, shown);
+    } else {
+        print_text(&sides, load, shown, exact, target.is_some());
+    }
+    Ok(if exact { exit::OK } else { exit::DRIFT })
+}
+
+/// Both sides on a run schema of their own, released however they end.
+async fn both_sides(
+    servers: &lab_infra::Servers,
+    load: Load,
+    target: Option<&str>,
+    bar: &indicatif::ProgressBar,
+) -> Result<[Side; 2], Failure> {
+    let space = RunSpace::create(servers, &stage::schemas(&[&reports::SPEC]))
+        .await
+        .map_err(Failure::environment)?;
+    let tasks = TaskTracker::new();
+    let sides = measure_sides(&space, &tasks, load, target, bar).await;
+    tasks.close();
+    tasks.wait().await;
+    let _ = space.release(servers, false).await;
+    sides
+}
+
+/// HTTP (the embedded service, or the target), then the same transaction directly, each with
+/// its reports counted afterwards.
+async fn measure_sides(
+    space: &RunSpace,
+    tasks: &TaskTracker,
+    load: Load,
+    target: Option<&str>,
+    bar: &indicatif::ProgressBar,
+) -> Result<[Side; 2], Failure> {
+    let tag = format!("bench-{}", space.run_id);
+    let pool = space.pg.clone().ok_or_else(|| {
+        Failure::environment(anyhow!(t(
+            Msg::new("bench.no_server").arg("server", "PostgreSQL")
+        )))
+    })?;
+    // The embedded service, started as a scenario run starts it: silent, no faults.
+    let (url, stage) = match target {
+        Some(url) => (url.to_string(), None),
+        None => {
+            let stage = embedded_service(space, tasks).await?;
+            let url = stage
+                .get(&reports::SPEC)
+                .map(|handle| handle.url.clone())
+                .ok_or_else(|| {
+                    Failure::environment(anyhow!(t(
+                        Msg::new("bench.cannot_start").arg("error", "-")
+                    )))
+                })?;
+            (url, Some(stage))
         }
-        if sides[0].reports.is_none() {
-            say!("{}", t("bench.report_uncounted"));
-        }
+    };
+    bar.set_message("http");
+    let http = over_http(&url, &tag, load, bar).await;
+    if let Some(stage) = stage {
+        stage.stop().await;
+    }
+    let mut http = http?;
+    http.reports = match target {
+        None => Some(count_in_database(&pool, &format!("{tag}-http-")).await?),
+        Some(url) => count_through_api(url, &format!("{tag}-http-")).await,
+    };
+    bar.set_message("sqlx");
+    let mut direct = directly(&pool, &tag, load, bar).await?;
+    direct.reports = Some(count_in_database(&pool, &format!("{tag}-sqlx-")).await?);
+    Ok([http, direct])
+}
+
+/// The report service, started as a scenario run starts it, on the bench's space.
+async fn embedded_service(space: &RunSpace, tasks: &TaskTracker) -> Result<Stage, Failure> {
+    let config = StageConfig {
+        space,
+        narrator: None,
+        checkpoints: Checkpoints::new(),
+        tasks: tasks.clone(),
+        faults: None,
+        hops: &[],
+    };
+    Stage::start(&[&reports::SPEC], &config, Ports::Free)
+        .await
+        .map_err(|e| {
+            Failure::environment(anyhow!(t(
+                Msg::new("bench.cannot_start").arg("error", e.to_string())
+            )))
+        })
+}
+
+/// One JSON object per side.
+fn print_json(sides: &[Side; 2], load: Load, target: &str) {
+    let direct_rate = sides[1].sample.ops_per_sec();
+    for side in sides {
+        let ops_per_sec = tenth(side.sample.ops_per_sec());
         say!(
             "{}",
-            t(if exact {
-                Msg::new("bench.report_exact").arg("keys", keys.to_string())
-            } else {
-                Msg::new("bench.report_not_exact").arg("keys", keys.to_string())
+            json!({
+                "bench": "report-api",
+                "via": side.via,
+                "target": target,
+                "requests": load.requests,
+                "keys": load.keys,
+                "concurrency": load.concurrency,
+                "requests_per_sec": ops_per_sec,
+                "p50_us": tenth(side.sample.percentile_us(50.0)),
+                "p99_us": tenth(side.sample.percentile_us(99.0)),
+                "created": side.created,
+                "replayed": side.replayed,
+                "reports": side.reports,
+                "expected_reports": load.keys,
+                "ratio_to_sqlx": ops_per_sec / tenth(direct_rate).max(f64::MIN_POSITIVE),
             })
         );
     }
-    Ok(if exact { exit::OK } else { exit::DRIFT })
+}
+
+/// The table for people, and what its rows mean.
+fn print_text(sides: &[Side; 2], load: Load, target: &str, exact: bool, elsewhere: bool) {
+    let direct_rate = sides[1].sample.ops_per_sec();
+    say!(
+        "{}",
+        t(Msg::new("bench.report_title")
+            .arg("requests", load.requests.to_string())
+            .arg("keys", load.keys.to_string())
+            .arg("concurrency", load.concurrency.to_string())
+            .arg("target", target))
+    );
+    say!();
+    let header: Vec<String> = [
+        "col_via",
+        "col_requests_per_sec",
+        "col_p50",
+        "col_p99",
+        "col_created",
+        "col_replayed",
+        "col_reports",
+        "col_ratio_sqlx",
+    ]
+    .iter()
+    .map(|key| t(Msg::new(format!("bench.{key}"))))
+    .collect();
+    let cells: Vec<Vec<String>> = sides
+        .iter()
+        .map(|side| {
+            vec![
+                side.via.to_string(),
+                format!("{:.0}", side.sample.ops_per_sec()),
+                format!("{:.0}", side.sample.percentile_us(50.0)),
+                format!("{:.0}", side.sample.percentile_us(99.0)),
+                side.created.to_string(),
+                side.replayed.to_string(),
+                side.reports
+                    .map_or_else(|| "?".to_string(), |n| n.to_string()),
+                ratio_cell(side.sample.ops_per_sec() / direct_rate.max(f64::MIN_POSITIVE)),
+            ]
+        })
+        .collect();
+    print_table(&header, &cells, 1);
+    say!();
+    say!("{}", t("bench.report_means"));
+    if elsewhere {
+        say!("{}", t("bench.report_direct_elsewhere"));
+    }
+    if sides[0].reports.is_none() {
+        say!("{}", t("bench.report_uncounted"));
+    }
+    let keys = load.keys.to_string();
+    say!(
+        "{}",
+        t(if exact {
+            Msg::new("bench.report_exact").arg("keys", keys)
+        } else {
+            Msg::new("bench.report_not_exact").arg("keys", keys)
+        })
+    );
 }
 
 /// `--target`: an http URL, without a trailing slash.
@@ -250,11 +284,14 @@ fn request_of(n: u64, keys: u64) -> (u64, CreateReport) {
 async fn over_http(
     url: &str,
     tag: &str,
-    requests: u64,
-    keys: u64,
-    concurrency: u32,
+    load: Load,
     bar: &indicatif::ProgressBar,
 ) -> Result<Side, Failure> {
+    let Load {
+        requests,
+        keys,
+        concurrency,
+    } = load;
     // A connection per concurrent client, kept alive between its requests (as a real client's
     // pool does); a generous timeout, since a loaded machine is slow, not broken.
     let client = reqwest::Client::builder()
@@ -283,12 +320,12 @@ async fn over_http(
                 200 => replayed.fetch_add(1, Ordering::Relaxed),
                 status => {
                     let text = response.text().await.unwrap_or_default();
-                    return Err(Failure {
-                        code: exit::DRIFT,
-                        error: anyhow!(t(Msg::new("bench.unexpected_status")
+                    return Err(Failure::new(
+                        exit::DRIFT,
+                        anyhow!(t(Msg::new("bench.unexpected_status")
                             .arg("status", status.to_string())
                             .arg("body", text))),
-                    });
+                    ));
                 }
             };
             Ok(())
@@ -308,11 +345,14 @@ async fn over_http(
 async fn directly(
     pool: &PgPool,
     tag: &str,
-    requests: u64,
-    keys: u64,
-    concurrency: u32,
+    load: Load,
     bar: &indicatif::ProgressBar,
 ) -> Result<Side, Failure> {
+    let Load {
+        requests,
+        keys,
+        concurrency,
+    } = load;
     let created = AtomicU64::new(0);
     let replayed = AtomicU64::new(0);
     let sample = measure(0, requests, concurrency, bar, |n| {
@@ -326,14 +366,18 @@ async fn directly(
         async move {
             let inserted = transaction
                 .await
-                .map_err(|e| Failure::environment(anyhow!("the transaction's task failed: {e}")))?
+                .map_err(|e| {
+                    Failure::environment(anyhow!(t(
+                        Msg::new("bench.task_failed").arg("error", e.to_string())
+                    )))
+                })?
                 .map_err(|e| Failure::environment(anyhow!(lab_infra::pg_message(&e))))?;
             if inserted {
                 created.fetch_add(1, Ordering::Relaxed);
             } else {
                 replayed.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(())
+            Ok::<(), Failure>(())
         }
     })
     .await?;

@@ -1,23 +1,10 @@
-//! The command line, as clap sees it. Doc comments here are the `--help` text.
+//! The command line, as clap sees it. Doc comments here are the `--help` text. Every clap type
+//! of every command is here (`lab proxy`'s in [`proxy`]); the commands turn them into typed
+//! options, so nothing below the command line knows clap.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Exit codes, also printed at the end of `--help` and listed in the README.
-pub mod exit {
-    /// Every scenario ran and every fact (and, for `check`, every narrative) is as expected.
-    pub const OK: u8 = 0;
-    /// A fact or a narrative is not as expected.
-    pub const DRIFT: u8 = 1;
-    /// The command line is wrong (clap uses 2 as well).
-    pub const USAGE: u8 = 2;
-    /// The environment: a server cannot be started or reached, a file cannot be read.
-    pub const ENVIRONMENT: u8 = 3;
-    /// Interrupted with Ctrl-C (128 + SIGINT), or stopped with `q` in step mode, after cleaning
-    /// up.
-    pub const INTERRUPTED: u8 = 130;
-    /// Terminated with SIGTERM (128 + SIGTERM), after cleaning up.
-    pub const TERMINATED: u8 = 143;
-}
+pub mod proxy;
 
 /// `lab serve`'s default port base: the Toxiproxy API lands on 8474, Toxiproxy's own port.
 pub const DEFAULT_PORT_BASE: u16 = 8470;
@@ -305,7 +292,7 @@ pub enum Command {
     },
     /// Drive the fault proxies of a running `lab serve` (or any Toxiproxy) as toxiproxy-cli
     /// does: list, inspect, toggle, toxic add|update|remove; and arm one-shot faults
-    Proxy(crate::commands::proxy::ProxyArgs),
+    Proxy(proxy::ProxyArgs),
     /// Measure: the idempotency coordinator against a bare Redis client doing the same round
     /// trips, or the report service against the same transaction run directly
     #[command(subcommand, after_help = BENCH_EXAMPLES)]
