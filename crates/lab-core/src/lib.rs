@@ -16,8 +16,10 @@
 //! - [`checkpoint`]: named points inside services where a scenario can hold or order requests.
 //! - [`facts`]: measured facts, expected facts, and their comparison.
 //! - [`render`]: text and JSON-lines renderers.
-//! - [`trace`]: the SQL statements and Redis commands a run executed, caught from `tracing`.
+//! - [`trace`]: the SQL statements and Redis commands a run executed, caught from `tracing`;
+//!   what the lab does backstage (its own reads) is left out.
 
+mod backstage;
 pub mod checkpoint;
 pub mod event;
 pub mod facts;

@@ -170,7 +170,7 @@ impl Narrator {
         let mut now = Vec::new();
         for view in views {
             // Backstage: the look's own reads are not part of the run (`--show-sql`, JSON).
-            let read = crate::trace::backstage(tokio::time::timeout(REREAD_TIMEOUT, view()));
+            let read = crate::backstage::backstage(tokio::time::timeout(REREAD_TIMEOUT, view()));
             if let Ok(Some(table)) = read.await {
                 now.push(table);
             }

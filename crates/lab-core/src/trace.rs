@@ -37,9 +37,7 @@ use crate::narrator::{Narrator, WeakNarrator};
 pub const RUN_SPAN: &str = "lab.run";
 /// The span a bundled service's tasks execute in; its field `name` is the service's name.
 pub const SERVICE_SPAN: &str = "lab.service";
-/// The span of the lab's own work (setting up, reading state to show it, measuring facts,
-/// cleaning up); what runs inside is not told.
-pub const BACKSTAGE_SPAN: &str = "lab.backstage";
+pub use crate::backstage::{BACKSTAGE_SPAN, backstage};
 /// The target of the events the lab's Redis connections emit for each command.
 pub const REDIS_TARGET: &str = "lab::redis";
 /// The target of sqlx's statement events.
@@ -64,12 +62,6 @@ pub fn run_span(narrator: &Narrator) -> tracing::Span {
 /// The span a bundled service's accept loop (and so its handlers) runs in.
 pub fn service_span(name: &str) -> tracing::Span {
     tracing::info_span!(SERVICE_SPAN, name = name)
-}
-
-/// Runs `work` backstage: what it executes is not told.
-pub async fn backstage<F: std::future::Future>(work: F) -> F::Output {
-    use tracing::Instrument as _;
-    work.instrument(tracing::info_span!(BACKSTAGE_SPAN)).await
 }
 
 /// Tells that a transaction began. sqlx sends `BEGIN` without reporting it (it reports the
