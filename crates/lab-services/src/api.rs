@@ -24,6 +24,8 @@ pub enum ApiError {
         status: StatusCode,
         code: &'static str,
         message: String,
+        /// `Retry-After`, in seconds, when the client should come back (a 409 in progress).
+        retry_after: Option<u32>,
     },
     /// The database failed. Details go to the log, not to the client.
     #[error("database error: {}", lab_infra::pg_message(.0))]
@@ -36,6 +38,25 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// The same answer, telling the client to come back after `seconds`.
+    pub fn retry_after(self, seconds: u32) -> ApiError {
+        match self {
+            ApiError::Client {
+                status,
+                code,
+                message,
+                ..
+            } => ApiError::Client {
+                status,
+                code,
+                message,
+                retry_after: Some(seconds),
+            },
+            other => other,
         }
     }
 
@@ -51,9 +72,20 @@ impl IntoResponse for ApiError {
                 status,
                 code,
                 message,
-            } => (status, Json(json!({"error": code, "message": message}))).into_response(),
+                retry_after,
+            } => {
+                let body = Json(json!({"error": code, "message": message}));
+                let mut response = (status, body).into_response();
+                if let Some(seconds) = retry_after {
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, seconds.into());
+                }
+                response
+            }
             ApiError::Database(e) => {
-                eprintln!("lab service: database error: {e}");
+                // For the operator's log (`--log`), not for the client.
+                tracing::warn!(error = %e, "database error");
                 (
                     StatusCode::SERVICE_UNAVAILABLE,
                     Json(json!({"error": "database_unavailable", "message": "the database did not answer; retry later"})),

@@ -33,7 +33,7 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -50,7 +50,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
 use crate::provider::{self, Charge, ChargeAnswer, ChargeRequest};
-use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
+use crate::spec::{Checkpoint, RedisLink, ServiceEnv, ServiceError, ServiceSpec, Voice};
 
 /// The service's name: in narration, and the name of its fault-proxy hop.
 pub const NAME: &str = "payments";
@@ -183,7 +183,7 @@ impl PaymentConfig {
 /// The service's state.
 #[derive(Clone)]
 pub struct Payments {
-    redis: crate::spec::RedisLink,
+    redis: RedisLink,
     /// Every coordinator key of this service starts with it: `lab:<run>:idempotency:`.
     prefix: String,
     provider_url: String,
@@ -435,32 +435,18 @@ async fn charge_once(
     tracing::Span::current().record("provider_key", provider_key.as_str());
 
     let heard: Heard = Arc::default();
-    let policy = config.policy();
-    let bound = policy.command_timeout;
-    let coordinator = Coordinator::new(service.redis.clone(), policy)
-        .with_prefix(service.prefix.clone())
-        .with_observer({
-            let heard = heard.clone();
-            move |event| {
-                if let Some(msg) = narrate(&event.kind, event.key, bound) {
-                    heard.lock().push(msg);
-                }
-            }
-        });
+    let coordinator = service.coordinator(&config, &heard);
     let request = Request::new(&operation, &key, RESULT_TTL).fingerprint(&fingerprint);
+    let charge = ChargeRequest {
+        order_id: payment.order_id.clone(),
+        amount: payment.amount,
+        currency: payment.currency.clone(),
+    };
     let result = coordinator
-        .coordinate(request, |_fence| {
-            let (service, heard) = (service.clone(), heard.clone());
-            let body = ChargeRequest {
-                order_id: payment.order_id.clone(),
-                amount: payment.amount,
-                currency: payment.currency.clone(),
-            };
-            async move {
-                service.tell_heard(&heard).await;
-                service.checkpoints.reached(IN_ACTION).await;
-                call_provider(&service, &provider_key, &body).await
-            }
+        .coordinate(request, |_fence| async {
+            service.tell_heard(&heard).await;
+            service.checkpoints.reached(IN_ACTION).await;
+            call_provider(&service, &provider_key, &charge).await
         })
         .await;
     service.tell_heard(&heard).await;
@@ -470,56 +456,72 @@ async fn charge_once(
         }
         Err(error) => tracing::info!(%error, "payment not charged"),
     }
+    let charged = result?;
+    let mut response = (StatusCode::OK, Json(charged.value)).into_response();
+    if matches!(charged.source, Source::Replayed) {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
 
-    match result {
-        Ok(charged) => {
-            let replayed = matches!(charged.source, Source::Replayed);
-            let mut response = (StatusCode::OK, Json(charged.value)).into_response();
-            if replayed {
-                response
-                    .headers_mut()
-                    .insert("idempotent-replayed", HeaderValue::from_static("true"));
-            }
-            Ok(response)
-        }
-        Err(idem::Error::InProgress { .. }) => {
-            let mut response = ApiError::client(
+impl Payments {
+    /// A coordinator for one call. One per call, not one per service, on purpose: its policy is
+    /// the service's switches *now* (`PUT /config` changes them between two calls of a story),
+    /// and its observer collects this call's events into this call's narration. Both are cheap:
+    /// the Redis connection is shared, and the scripts are loaded once per connection.
+    fn coordinator(&self, config: &PaymentConfig, heard: &Heard) -> Coordinator<RedisLink> {
+        let policy = config.policy();
+        let bound = policy.command_timeout;
+        let heard = heard.clone();
+        Coordinator::new(self.redis.clone(), policy)
+            .with_prefix(self.prefix.clone())
+            .with_observer(move |event| {
+                if let Some(msg) = narrate(&event.kind, event.key, bound) {
+                    heard.lock().push(msg);
+                }
+            })
+    }
+}
+
+/// What the coordinator's refusals and failures mean for the client: the table at the top of
+/// this module, row by row.
+impl From<idem::Error<ChargeError>> for ApiError {
+    fn from(error: idem::Error<ChargeError>) -> ApiError {
+        match error {
+            idem::Error::InProgress { .. } => ApiError::client(
                 StatusCode::CONFLICT,
                 "payment_in_progress",
                 "a payment with this key is being charged right now; retry in a second",
             )
-            .into_response();
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            Ok(response)
-        }
-        Err(idem::Error::KeyReused { .. }) => Err(ApiError::client(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "idempotency_key_reused",
-            "this Idempotency-Key was used for a payment with other parameters",
-        )),
-        Err(idem::Error::Invalid(why)) => Err(ApiError::bad_request(
-            "invalid_idempotency_key",
-            why.to_string(),
-        )),
-        Err(idem::Error::Storage(_)) => Err(ApiError::client(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "idempotency_unavailable",
-            "the idempotency store is unavailable, so nothing was charged; retry later with the same key",
-        )),
-        Err(idem::Error::Action(ChargeError::Unreachable(reason))) => Err(ApiError::client(
-            StatusCode::BAD_GATEWAY,
-            "provider_unreachable",
-            format!(
-                "no answer from the payment provider ({reason}): the charge may or may not have happened; retry with the same key"
+            .retry_after(1),
+            idem::Error::KeyReused { .. } => ApiError::client(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was used for a payment with other parameters",
             ),
-        )),
-        Err(idem::Error::Action(ChargeError::Refused { status, body })) => Err(ApiError::client(
-            StatusCode::BAD_GATEWAY,
-            "provider_refused",
-            format!("the payment provider refused the charge: {status} {body}"),
-        )),
+            idem::Error::Invalid(why) => {
+                ApiError::bad_request("invalid_idempotency_key", why.to_string())
+            }
+            idem::Error::Storage(_) => ApiError::client(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "idempotency_unavailable",
+                "the idempotency store is unavailable, so nothing was charged; retry later with the same key",
+            ),
+            idem::Error::Action(ChargeError::Unreachable(reason)) => ApiError::client(
+                StatusCode::BAD_GATEWAY,
+                "provider_unreachable",
+                format!(
+                    "no answer from the payment provider ({reason}): the charge may or may not have happened; retry with the same key"
+                ),
+            ),
+            idem::Error::Action(ChargeError::Refused { status, body }) => ApiError::client(
+                StatusCode::BAD_GATEWAY,
+                "provider_refused",
+                format!("the payment provider refused the charge: {status} {body}"),
+            ),
+        }
     }
 }
 

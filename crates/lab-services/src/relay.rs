@@ -225,8 +225,8 @@ async fn relay_payment(
                 Msg::new("relay.calling")
                     .arg("next", Msg::new(format!("service.{next}")))
                     .arg("key", shown_key(&key))
-                    .arg("attempt", n as i64)
-                    .arg("attempts", policy.attempts as i64),
+                    .arg("attempt", n)
+                    .arg("attempts", policy.attempts),
             )
             .await;
         let why = match attempt(&relay, &key, &payment, policy.per_call.min(left)).await {
@@ -248,24 +248,7 @@ async fn relay_payment(
         if n == policy.attempts {
             break;
         }
-        let wait = relay.jitter.backoff(&policy, n);
-        let next_key = relay.key_for(&client_key, n + 1);
-        let retry = if next_key == client_key {
-            Msg::new("relay.retrying_same_key")
-        } else {
-            Msg::new("relay.retrying_new_key")
-        };
-        relay
-            .tell(
-                retry
-                    .arg("next", Msg::new(format!("service.{next}")))
-                    .arg("why", why)
-                    .arg("ms", wait.as_millis() as i64)
-                    .arg("key", shown_key(&next_key)),
-            )
-            .await;
-        // The backoff is the policy's, and real: spreading retries out is its whole point.
-        tokio::time::sleep(wait).await;
+        relay.back_off(&client_key, n, why).await;
     }
     relay
         .tell(Msg::new("relay.gave_up").arg("next", Msg::new(format!("service.{next}"))))
@@ -277,6 +260,29 @@ async fn relay_payment(
             "no answer from {next} after the retries the policy allows: the payment may or may not have happened; retry with the same key"
         ),
     ))
+}
+
+impl Relay {
+    /// Waits before attempt `n + 1`, after telling why and with which key it will be made.
+    async fn back_off(&self, client_key: &str, n: u32, why: Msg) {
+        let wait = self.jitter.backoff(&self.policy, n);
+        let next_key = self.key_for(client_key, n + 1);
+        let retry = if next_key == client_key {
+            Msg::new("relay.retrying_same_key")
+        } else {
+            Msg::new("relay.retrying_new_key")
+        };
+        self.tell(
+            retry
+                .arg("next", Msg::new(format!("service.{}", self.place.next)))
+                .arg("why", why)
+                .arg("ms", wait)
+                .arg("key", shown_key(&next_key)),
+        )
+        .await;
+        // The backoff is the policy's, and real: spreading retries out is its whole point.
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// `GET /stats`: how many requests this relay received.

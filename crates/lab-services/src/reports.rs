@@ -266,7 +266,7 @@ async fn create_report(
         .spawn(create_report_to_the_end(service, key, req).in_current_span())
         .await
         .unwrap_or_else(|e| {
-            eprintln!("lab service: the report handler failed: {e}");
+            tracing::warn!(error = %e, "the report handler failed");
             Err(ApiError::client(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "handler_failed",
@@ -282,28 +282,46 @@ async fn create_report_to_the_end(
     req: CreateReport,
 ) -> Result<Response, ApiError> {
     let hash = payload_hash(&req);
+    match key {
+        Some(key) => insert_or_replay(&service, key, &req, hash).await,
+        None => insert_without_key(&service, &req, hash).await,
+    }
+}
 
-    let Some(key) = key else {
-        // No key: the service cannot know this is a retry. Every call is a new report.
-        let report_id: i64 = sqlx::query_scalar(
-            "INSERT INTO reports (task_id, report_type, payload_hash) VALUES ($1, $2, $3) RETURNING id",
-        )
-        .bind(req.task_id)
-        .bind(&req.report_type)
-        .bind(&hash)
-        .fetch_one(&service.pool)
-        .await?;
-        tracing::info!(report_id, "report created without a key");
-        service
-            .tell(Msg::new("reports.inserted_no_key").arg("id", report_id))
-            .await;
-        service.checkpoints.reached(COMMITTED).await;
-        service.checkpoints.reached(ANSWERED).await;
-        return Ok(created(StatusCode::CREATED, report_id, false));
-    };
+/// No key: the service cannot know this is a retry. Every call is a new report.
+async fn insert_without_key(
+    service: &ReportService,
+    req: &CreateReport,
+    hash: String,
+) -> Result<Response, ApiError> {
+    let report_id: i64 = sqlx::query_scalar(
+        "INSERT INTO reports (task_id, report_type, payload_hash) VALUES ($1, $2, $3) RETURNING id",
+    )
+    .bind(req.task_id)
+    .bind(&req.report_type)
+    .bind(&hash)
+    .fetch_one(&service.pool)
+    .await?;
+    tracing::info!(report_id, "report created without a key");
+    service
+        .tell(Msg::new("reports.inserted_no_key").arg("id", report_id))
+        .await;
+    service.checkpoints.reached(COMMITTED).await;
+    service.checkpoints.reached(ANSWERED).await;
+    Ok(created(StatusCode::CREATED, report_id, false))
+}
 
+/// The lesson's answer: insert the report with its key, or find the one the key already has.
+async fn insert_or_replay(
+    service: &ReportService,
+    key: String,
+    req: &CreateReport,
+    hash: String,
+) -> Result<Response, ApiError> {
     // One transaction for "insert or find": the read below sees the row that beat us.
     let mut tx = service.pool.begin().await?;
+    // sqlx does not report BEGIN as it reports the statements: this tells `--show-sql` (and
+    // `lab explain`) that the transaction began here. Nothing else happens.
     lab_core::trace::began();
     service.checkpoints.reached(BEFORE_INSERT).await;
     // If another transaction has inserted this key but not committed yet, this statement waits

@@ -1,7 +1,7 @@
 //! A bundled service as a spec, and the one way to start it.
 //!
-//! Every service the lab bundles (today the report service; later the payment service, its
-//! provider, the gateway, orders and the mailer) is described by a [`ServiceSpec`]: its name,
+//! Every service the lab bundles (the report service, the payment service and its provider, the
+//! gateway and orders, the mailer) is described by a [`ServiceSpec`]: its name,
 //! which servers it needs, the tables it owns, the services it calls, its checkpoints, and a
 //! function that builds its router from a [`ServiceEnv`]. A scenario run and `lab serve` both
 //! start services from their specs through [`launch`], so a service is never wired up by hand
@@ -145,7 +145,10 @@ pub enum ServiceError {
 }
 
 /// Everything a service gets from the run that starts it.
-#[derive(Clone)]
+///
+/// A stage fills every field; a test builds one with only what its service needs:
+/// `ServiceEnv::default().with_pg(pool).with_peer(provider::NAME, url)`.
+#[derive(Clone, Default)]
 pub struct ServiceEnv {
     /// The run's PostgreSQL pool (its `search_path` is the run's schema).
     pub pg: Option<PgPool>,
@@ -164,6 +167,48 @@ pub struct ServiceEnv {
 }
 
 impl ServiceEnv {
+    /// With the run's PostgreSQL pool.
+    pub fn with_pg(mut self, pool: PgPool) -> ServiceEnv {
+        self.pg = Some(pool);
+        self
+    }
+
+    /// With the run's Redis, as the service reaches it.
+    pub fn with_redis(mut self, url: impl Into<String>) -> ServiceEnv {
+        self.redis_url = Some(url.into());
+        self
+    }
+
+    /// With the prefix of every Redis key the service writes.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> ServiceEnv {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// With the base URL of a service it calls.
+    pub fn with_peer(mut self, name: &'static str, url: impl Into<String>) -> ServiceEnv {
+        self.peers.insert(name, url.into());
+        self
+    }
+
+    /// With the voice it reports through (silent by default).
+    pub fn with_voice(mut self, voice: Voice) -> ServiceEnv {
+        self.voice = voice;
+        self
+    }
+
+    /// With the checkpoints a test holds or orders its requests at.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> ServiceEnv {
+        self.checkpoints = checkpoints;
+        self
+    }
+
+    /// With the tracker its handed-off work is spawned on (a fresh one by default).
+    pub fn with_tasks(mut self, tasks: TaskTracker) -> ServiceEnv {
+        self.tasks = tasks;
+        self
+    }
+
     /// The database, or a clear error naming the service that needed it.
     pub fn pg(&self, service: &'static str) -> Result<PgPool, ServiceError> {
         self.pg.clone().ok_or(ServiceError::Missing {
@@ -172,27 +217,15 @@ impl ServiceEnv {
         })
     }
 
-    /// A connection to the run's Redis that gives up on a dead Redis (see [`REDIS_TIMEOUT`])
-    /// and comes back by itself once Redis does. Lazy: a service starts even while Redis is
-    /// unreachable. The coordinator bounds its own commands much tighter (250 ms, the lesson's
-    /// bound), so a payment never waits for this one.
+    /// A connection to the run's Redis, as [`redis_connection`] makes it: lazy, so a service
+    /// starts even while Redis is unreachable. The coordinator bounds its own commands
+    /// (`command_timeout`), so a payment never waits for this connection's backstop.
     pub fn redis(&self, service: &'static str) -> Result<RedisLink, ServiceError> {
         let url = self.redis_url.as_deref().ok_or(ServiceError::Missing {
             service,
             what: "Redis",
         })?;
-        let client =
-            redis::Client::open(url).map_err(|source| ServiceError::Redis { service, source })?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(REDIS_TIMEOUT))
-            .set_response_timeout(Some(REDIS_TIMEOUT))
-            // Reconnect quickly in the background instead of stalling commands on retries.
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100));
-        redis::aio::ConnectionManager::new_lazy_with_config(client, config)
-            .map(Traced::new)
-            .map_err(|source| ServiceError::Redis { service, source })
+        redis_connection(url).map_err(|source| ServiceError::Redis { service, source })
     }
 
     /// The URL of a service this one calls.

@@ -1,21 +1,13 @@
 //! The mock mailer: every request is a new email, numbered em_1, em_2, …; malformed requests get
 //! a 4xx with a JSON body and send nothing.
 
-use lab_services::{ServiceEnv, Voice, launch, mailer};
+use lab_services::{ServiceEnv, launch, mailer};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 #[tokio::test]
 async fn every_request_is_a_new_email_and_bad_ones_are_refused() {
-    let env = ServiceEnv {
-        pg: None,
-        redis_url: None,
-        key_prefix: "lab:test:".into(),
-        peers: Default::default(),
-        voice: Voice::default(),
-        checkpoints: Default::default(),
-        tasks: Default::default(),
-    };
+    let env = ServiceEnv::default().with_key_prefix("lab:test:");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let service = launch(&mailer::SPEC, env, listener).unwrap();
     let http = reqwest::Client::new();

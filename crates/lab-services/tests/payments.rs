@@ -8,7 +8,7 @@ use std::sync::Arc;
 use lab_core::Checkpoints;
 use lab_infra::{Needs, ServerOptions, Servers};
 use lab_services::payments::{self, IN_ACTION};
-use lab_services::{RunningService, ServiceEnv, Voice, launch, provider};
+use lab_services::{RunningService, ServiceEnv, launch, provider};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -29,15 +29,16 @@ fn env(
     peers: &[(&'static str, String)],
     checkpoints: &Checkpoints,
 ) -> ServiceEnv {
-    ServiceEnv {
-        pg: None,
-        redis_url,
-        key_prefix: format!("lab:test{}:", std::process::id()),
-        peers: peers.iter().cloned().collect(),
-        voice: Voice::default(),
-        checkpoints: checkpoints.clone(),
-        tasks: Default::default(),
-    }
+    let env = ServiceEnv::default()
+        .with_key_prefix(format!("lab:test{}:", std::process::id()))
+        .with_checkpoints(checkpoints.clone());
+    let env = match redis_url {
+        Some(url) => env.with_redis(url),
+        None => env,
+    };
+    peers
+        .iter()
+        .fold(env, |env, (name, url)| env.with_peer(name, url.clone()))
 }
 
 impl Fixture {

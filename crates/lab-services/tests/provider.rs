@@ -2,20 +2,12 @@
 //! only when switched to, answers status queries, and refuses malformed requests with a 4xx.
 
 use lab_services::provider;
-use lab_services::{RunningService, ServiceEnv, Voice, launch};
+use lab_services::{RunningService, ServiceEnv, launch};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 async fn start() -> RunningService {
-    let env = ServiceEnv {
-        pg: None,
-        redis_url: None,
-        key_prefix: "lab:test:".into(),
-        peers: Default::default(),
-        voice: Voice::default(),
-        checkpoints: Default::default(),
-        tasks: Default::default(),
-    };
+    let env = ServiceEnv::default().with_key_prefix("lab:test:");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     launch(&provider::SPEC, env, listener).unwrap()
 }

@@ -8,7 +8,7 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
-use lab_services::{RunningService, ServiceEnv, Voice, launch, orders, payments};
+use lab_services::{RunningService, ServiceEnv, launch, orders, payments};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
@@ -54,15 +54,9 @@ async fn start_below(below: Below) -> String {
 }
 
 async fn start_orders(below_url: String) -> RunningService {
-    let env = ServiceEnv {
-        pg: None,
-        redis_url: None,
-        key_prefix: "lab:test:".into(),
-        peers: [(payments::NAME, below_url)].into_iter().collect(),
-        voice: Voice::default(),
-        checkpoints: Default::default(),
-        tasks: Default::default(),
-    };
+    let env = ServiceEnv::default()
+        .with_key_prefix("lab:test:")
+        .with_peer(payments::NAME, below_url);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     launch(&orders::SPEC, env, listener).unwrap()
 }

@@ -3,7 +3,7 @@
 use lab_core::Checkpoints;
 use lab_infra::{Needs, RunSpace, ServerOptions, Servers};
 use lab_services::reports;
-use lab_services::{RunningService, ServiceEnv, Voice, launch};
+use lab_services::{RunningService, ServiceEnv, launch};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -31,15 +31,10 @@ impl Fixture {
             .await
             .unwrap();
         let checkpoints = Checkpoints::new();
-        let env = ServiceEnv {
-            pg: space.pg.clone(),
-            redis_url: None,
-            key_prefix: space.prefix.clone(),
-            peers: Default::default(),
-            voice: Voice::default(),
-            checkpoints: checkpoints.clone(),
-            tasks: Default::default(),
-        };
+        let env = ServiceEnv::default()
+            .with_pg(space.pg.clone().expect("a PostgreSQL pool"))
+            .with_key_prefix(space.prefix.clone())
+            .with_checkpoints(checkpoints.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let service = launch(&reports::SPEC, env, listener).unwrap();
         Fixture {
