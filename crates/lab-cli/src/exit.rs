@@ -158,3 +158,50 @@ impl From<lab_scenarios::ScenarioError> for Failure {
         }
     }
 }
+
+/// A server that cannot be had, in the learner's language: a URL that is not one is a usage
+/// error (exit 2), anything else the environment (exit 3). The servers' own messages (what
+/// PostgreSQL or Redis said) are passed on as they are.
+impl From<lab_infra::InfraError> for Failure {
+    fn from(e: lab_infra::InfraError) -> Failure {
+        use lab_core::Msg;
+        use lab_infra::InfraError;
+        let said = match &e {
+            InfraError::Missing { missing } => {
+                Msg::new("infra.missing").arg("missing", missing.as_str())
+            }
+            InfraError::Start { server, reason } => Msg::new("infra.start")
+                .arg("server", *server)
+                .arg("reason", reason.as_str()),
+            InfraError::Unreachable {
+                server,
+                url,
+                reason,
+            } => Msg::new("infra.unreachable")
+                .arg("server", *server)
+                .arg("url", url.as_str())
+                .arg("reason", reason.as_str()),
+            InfraError::Refused {
+                server,
+                url,
+                reason,
+            } => Msg::new("infra.refused")
+                .arg("server", *server)
+                .arg("url", url.as_str())
+                .arg("reason", reason.as_str()),
+            InfraError::BadUrl {
+                server,
+                url,
+                reason,
+            } => {
+                let said = Msg::new("infra.bad_url")
+                    .arg("server", *server)
+                    .arg("url", url.as_str())
+                    .arg("reason", reason.as_str());
+                return Failure::new(USAGE, anyhow!(t(said)));
+            }
+            InfraError::Sql(_) | InfraError::Redis(_) => return Failure::environment(e),
+        };
+        Failure::environment(anyhow!(t(said)))
+    }
+}

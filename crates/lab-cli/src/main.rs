@@ -52,8 +52,27 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    // The scenario files are read once, here, before the runtime: reading files is blocking
-    // work, and every command's words (in the learner's language) come from them.
+    // Signals first: a Ctrl-C from now on ends a command that starts servers cleanly (the
+    // commands that start none keep the default: Ctrl-C ends them at once).
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("lab: error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::ENVIRONMENT);
+        }
+    };
+    if !matches!(
+        cli.command,
+        cli::Command::List { .. } | cli::Command::Proxy(_) | cli::Command::Completions { .. }
+    ) {
+        let _in_runtime = runtime.enter();
+        session::Interrupts::install();
+    }
+    // The scenario files are read once, here, outside the runtime's tasks: reading files is
+    // blocking work, and every command's words (in the learner's language) come from them.
     let library = lab_scenarios::Library::load();
     words::init(
         commands::lang(&cli.global),
@@ -69,18 +88,6 @@ fn main() -> ExitCode {
     if let Err(e) = logging::install(cli.global.log, log_color, runs_scenarios) {
         return ExitCode::from(exit::Failure::new(exit::USAGE, anyhow::anyhow!(e)).report());
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            let failure = exit::Failure::environment(anyhow::anyhow!(words::t(
-                lab_core::Msg::new("no_runtime").arg("error", e.to_string())
-            )));
-            return ExitCode::from(failure.report());
-        }
-    };
     let result = runtime.block_on(commands::dispatch(cli, library));
     runtime.shutdown_timeout(Duration::from_millis(200));
     // After everything the command printed (and everything queued for stdout is written

@@ -32,7 +32,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::exit::{self, Failure, Interrupt};
+use crate::exit::{Failure, Interrupt};
 use crate::words::t;
 
 /// How the narrative is written on stdout.
@@ -118,7 +118,7 @@ pub struct Session {
 impl Session {
     /// Starts listening for signals, then builds the gate for `mode`.
     pub fn open(options: SessionOptions, library: Library, mode: Mode) -> Session {
-        let interrupts = Interrupts::listen();
+        let interrupts = Interrupts::of_this_process();
         let gate = match (mode, options.step, options.quiz) {
             (Mode::Headless, _, _) | (Mode::Live, false, false) => Gate::default(),
             (Mode::Live, true, _) => Gate::stepping_with(
@@ -273,10 +273,7 @@ impl Session {
                 Ok(Ok(servers))
             }
             // A URL that is not a URL is a usage error, not an unreachable server.
-            Guarded::Finished(Err(e @ lab_infra::InfraError::BadUrl { .. })) => {
-                Err(Failure::new(exit::USAGE, e))
-            }
-            Guarded::Finished(Err(e)) => Err(Failure::environment(e)),
+            Guarded::Finished(Err(e)) => Err(e.into()),
             Guarded::Interrupted(signal) => Ok(Err(signal)),
             // Nothing pauses here, so nothing can quit.
             Guarded::Quit => Ok(Err(Interrupt::CtrlC)),
@@ -404,12 +401,27 @@ enum Guarded<T> {
 /// Ctrl-C and SIGTERM, listened for from the start of a command: a signal that arrives while the
 /// servers are still starting must also lead to a clean stop, not to the default "die at once".
 /// The first one is kept, so whoever asks later (the guard, a web view that is done, `--keep`'s
-/// wait) hears of it too.
-struct Interrupts {
+/// wait) hears of it too. One listener per process, installed by `main` as soon as the runtime
+/// exists, for the commands that run scenarios or services.
+#[derive(Clone)]
+pub struct Interrupts {
     first: watch::Receiver<Option<Interrupt>>,
 }
 
+static INTERRUPTS: std::sync::OnceLock<Interrupts> = std::sync::OnceLock::new();
+
 impl Interrupts {
+    /// Starts listening (once per process; again, it does nothing). Must be called inside the
+    /// runtime's context.
+    pub fn install() {
+        INTERRUPTS.get_or_init(Interrupts::listen);
+    }
+
+    /// The process's listener, installed now if `main` has not.
+    fn of_this_process() -> Interrupts {
+        INTERRUPTS.get_or_init(Interrupts::listen).clone()
+    }
+
     fn listen() -> Interrupts {
         // Registered here, before anything awaits: from now on a signal is ours to handle.
         let mut interrupt = signal(SignalKind::interrupt()).ok();

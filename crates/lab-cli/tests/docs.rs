@@ -10,16 +10,16 @@
 mod common;
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use common::{assert_code, catalogue, repo, run, stderr};
 
-#[test]
-fn every_scenario_page_in_docs_is_what_the_lab_draws_today() {
-    let docs = repo().join("docs/scenarios");
-    let bless = std::env::var_os("LAB_BLESS").is_some_and(|v| v == "1");
-    let mut drifted = Vec::new();
-    let mut expected_files = Vec::new();
-    for lang in ["en", "ru"] {
+/// `lab run all --artifacts DIR --lang LANG`, once per language for every test of this file.
+fn artifacts(lang: &str) -> &'static Path {
+    static EN: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static RU: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let cell = if lang == "en" { &EN } else { &RU };
+    cell.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let out = run(&[
             "run",
@@ -30,9 +30,27 @@ fn every_scenario_page_in_docs_is_what_the_lab_draws_today() {
             dir.path().to_str().unwrap(),
         ]);
         assert_code(&out, 0);
+        assert!(
+            dir.path().read_dir().unwrap().next().is_some(),
+            "no artifacts: {}",
+            stderr(&out)
+        );
+        dir
+    })
+    .path()
+}
+
+#[test]
+fn every_scenario_page_in_docs_is_what_the_lab_draws_today() {
+    let docs = repo().join("docs/scenarios");
+    let bless = std::env::var_os("LAB_BLESS").is_some_and(|v| v == "1");
+    let mut drifted = Vec::new();
+    let mut expected_files = Vec::new();
+    for lang in ["en", "ru"] {
+        let dir = artifacts(lang);
         for name in catalogue() {
-            let page = std::fs::read_to_string(dir.path().join(&name).join("page.md"))
-                .unwrap_or_else(|e| panic!("{name}/page.md: {e}\n{}", stderr(&out)));
+            let page = std::fs::read_to_string(dir.join(&name).join("page.md"))
+                .unwrap_or_else(|e| panic!("{name}/page.md: {e}"));
             let file = format!("{name}.{lang}.md");
             let copy = docs.join(&file);
             if bless {
@@ -113,4 +131,75 @@ fn describe(copy: &Path, page: &str) -> String {
         old.lines().nth(line).unwrap_or(""),
         page.lines().nth(line).unwrap_or("")
     )
+}
+
+/// A structural check of a Mermaid sequence diagram: the header, then only participant
+/// declarations, arrows and notes between declared participants, nothing that breaks a line.
+fn check_mermaid(name: &str, text: &str, has_calls: bool) {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("sequenceDiagram"), "{name}");
+    let mut declared = Vec::new();
+    let mut drawn = 0;
+    for line in lines {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("participant ") {
+            let (id, label) = rest.split_once(" as ").expect("participant pN as label");
+            assert!(!label.is_empty(), "{name}: {line}");
+            declared.push(id.to_string());
+            continue;
+        }
+        let (head, label) = line
+            .split_once(": ")
+            .unwrap_or_else(|| panic!("{name}: {line}"));
+        assert!(
+            !label.contains(';'),
+            "{name}: a ; ends a Mermaid statement: {line}"
+        );
+        let ids: Vec<&str> = if let Some(at) = head.strip_prefix("Note over ") {
+            vec![at]
+        } else {
+            let arrow = ["--x", "-->>", "->>"]
+                .into_iter()
+                .find(|a| head.contains(a))
+                .unwrap_or_else(|| panic!("{name}: not an arrow: {line}"));
+            let (from, to) = head.split_once(arrow).unwrap();
+            drawn += 1;
+            vec![from, to]
+        };
+        for id in ids {
+            assert!(
+                declared.iter().any(|d| d == id),
+                "{name}: {id} undeclared: {line}"
+            );
+        }
+    }
+    assert_eq!(drawn > 0, has_calls, "{name}: calls drawn: {drawn}");
+}
+
+/// `--artifacts` writes, for every scenario, an event log, a Mermaid sequence diagram that
+/// only uses what it declares, the facts and the table snapshots.
+#[test]
+fn artifacts_for_every_scenario_are_complete_and_valid() {
+    let dir = artifacts("en");
+    for name in catalogue() {
+        let at = dir.join(&name);
+        let read = |file: &str| {
+            std::fs::read_to_string(at.join(file)).unwrap_or_else(|e| panic!("{name}/{file}: {e}"))
+        };
+        let events: Vec<serde_json::Value> = read("events.jsonl")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON event"))
+            .collect();
+        // Calls between participants, and statements and commands into their stores.
+        let has_calls = events
+            .iter()
+            .any(|e| e["event"] == "request" || e["event"] == "executed");
+        check_mermaid(&name, &read("sequence.mmd"), has_calls);
+        let facts: serde_json::Value = serde_json::from_str(&read("facts.json")).unwrap();
+        assert!(!facts.as_object().unwrap().is_empty(), "{name}");
+        assert!(
+            read("states.jsonl").lines().count() > 0,
+            "{name}: no table snapshot"
+        );
+    }
 }

@@ -7,9 +7,10 @@
 //! Everything is found through `PATH` or that variable: with the programs hidden from `PATH`, the
 //! lab says what is missing instead of reaching around it.
 //!
-//! Asking a program (`pg_config --bindir`, `postgres --version`) means running it, so those
-//! look-ups are async: they run on `lab doctor`'s and `Servers::start`'s paths, inside the
-//! runtime. Checking files on `PATH` is a few `stat(2)` calls and stays synchronous.
+//! The look-ups run on `lab doctor`'s and `Servers::start`'s paths, inside the runtime, so none
+//! of them blocks it: asking a program (`pg_config --bindir`, `postgres --version`) is an async
+//! child process, and looking at files (`stat(2)` on `PATH`, reading `/usr/lib/postgresql`) runs
+//! on the blocking pool ([`on_disk`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -46,40 +47,68 @@ fn in_dir(dir: &Path) -> Option<PgBinaries> {
     (is_executable(&bins.initdb) && is_executable(&bins.postgres)).then_some(bins)
 }
 
+/// Runs a look at the disk on the blocking pool.
+async fn on_disk<T: Send + 'static>(look: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(look)
+        .await
+        .expect("a look at the disk does not panic")
+}
+
+/// Where to look next for PostgreSQL, after the look at `LAB_PG_BINDIR` and `PATH`.
+enum Next {
+    /// Found (or, with `LAB_PG_BINDIR`, the only place to look).
+    Done(Option<PgBinaries>),
+    /// Not on `PATH`: ask `pg_config` when there is one, then Debian's directories.
+    Ask { pg_config: Option<PathBuf> },
+}
+
 /// Finds `initdb` and `postgres`, or `None`.
 pub async fn find_postgres() -> Option<PgBinaries> {
-    if let Some(dir) = std::env::var_os("LAB_PG_BINDIR") {
-        return in_dir(Path::new(&dir));
-    }
-    if let (Some(initdb), Some(postgres)) = (on_path("initdb"), on_path("postgres")) {
-        return Some(PgBinaries { initdb, postgres });
-    }
-    if let Some(pg_config) = on_path("pg_config")
+    let next = on_disk(|| {
+        if let Some(dir) = std::env::var_os("LAB_PG_BINDIR") {
+            return Next::Done(in_dir(Path::new(&dir)));
+        }
+        if let (Some(initdb), Some(postgres)) = (on_path("initdb"), on_path("postgres")) {
+            return Next::Done(Some(PgBinaries { initdb, postgres }));
+        }
+        Next::Ask {
+            pg_config: on_path("pg_config"),
+        }
+    })
+    .await;
+    let pg_config = match next {
+        Next::Done(found) => return found,
+        Next::Ask { pg_config } => pg_config,
+    };
+    if let Some(pg_config) = pg_config
         && let Some(out) = output_of(&pg_config, "--bindir").await
-        && let Some(found) = in_dir(Path::new(out.trim()))
+        && let Some(found) = on_disk(move || in_dir(Path::new(out.trim()))).await
     {
         return Some(found);
     }
-    // Debian's postgresql-common puts pg_ctlcluster on PATH and the servers in versioned dirs.
-    if on_path("pg_ctlcluster").is_some() {
-        let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let version = e.file_name().to_str()?.parse().ok()?;
-                Some((version, e.path().join("bin")))
-            })
-            .collect();
-        versions.sort();
-        return versions.into_iter().rev().find_map(|(_, dir)| in_dir(&dir));
-    }
-    None
+    on_disk(debian_versions).await
+}
+
+/// Debian's postgresql-common puts pg_ctlcluster on PATH and the servers in versioned
+/// directories: the newest that has both programs.
+fn debian_versions() -> Option<PgBinaries> {
+    on_path("pg_ctlcluster")?;
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse().ok()?;
+            Some((version, e.path().join("bin")))
+        })
+        .collect();
+    versions.sort();
+    versions.into_iter().rev().find_map(|(_, dir)| in_dir(&dir))
 }
 
 /// Finds `redis-server`, or `None`.
-pub fn find_redis() -> Option<PathBuf> {
-    on_path("redis-server")
+pub async fn find_redis() -> Option<PathBuf> {
+    on_disk(|| on_path("redis-server")).await
 }
 
 /// The first line a program prints for `--version`, for `lab doctor`.

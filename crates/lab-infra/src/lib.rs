@@ -14,9 +14,9 @@
 //! Nothing outside them is ever created, dropped or deleted, so runs can share a server with
 //! each other and with anyone else's data.
 //!
-//! Nothing here blocks the runtime: programs are asked their versions through `tokio::process`,
-//! data directories are copied and removed on the blocking pool, and servers are stopped by
-//! awaiting their exit. Only `Drop`, which cannot await, waits on its thread, boundedly, for a
+//! Nothing here blocks the runtime: programs are looked for and data directories copied and
+//! removed on the blocking pool, programs are asked their versions through `tokio::process`,
+//! and servers are stopped by awaiting their exit. Only `Drop`, which cannot await, waits on its thread, boundedly, for a
 //! killed server to be gone or a copy to stop (see [`process`]).
 //!
 //! # Layout

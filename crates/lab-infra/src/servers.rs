@@ -19,12 +19,14 @@ use crate::binaries::PgBinaries;
 use crate::postgres::Cluster;
 use crate::process::ThrowawayServer;
 use crate::template::TemplatePlace;
+use crate::url::PgTarget;
 use crate::{InfraError, binaries, postgres, redis_server, url};
 
-/// What the user asked for.
+/// What the user asked for: given servers (their URLs checked and parsed), or throwaway ones.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {
-    pub database_url: Option<String>,
+    pub database_url: Option<PgTarget>,
+    /// A checked `redis://` (or socket) URL.
     pub redis_url: Option<String>,
     /// Where a throwaway PostgreSQL's template is kept: by default as the environment says.
     pub pg_template: TemplatePlace,
@@ -32,38 +34,34 @@ pub struct ServerOptions {
 
 impl ServerOptions {
     /// The options from flags or environment; an empty value (`DATABASE_URL=`) counts as unset.
-    pub fn new(database_url: Option<String>, redis_url: Option<String>) -> ServerOptions {
+    /// Every given URL is checked here, whether or not this call needs that server: a typo is
+    /// reported at once, not on the day a scenario needs Redis.
+    pub fn new(
+        database_url: Option<String>,
+        redis_url: Option<String>,
+    ) -> Result<ServerOptions, InfraError> {
         let given = |url: Option<String>| url.filter(|u| !u.trim().is_empty());
-        ServerOptions {
-            database_url: given(database_url),
-            redis_url: given(redis_url),
+        let database_url = given(database_url)
+            .map(|u| PgTarget::parse(&u))
+            .transpose()?;
+        let redis_url = given(redis_url).map(|u| check_redis_url(&u)).transpose()?;
+        Ok(ServerOptions {
+            database_url,
+            redis_url,
             pg_template: TemplatePlace::FromEnv,
-        }
+        })
     }
+}
 
-    /// Checks that every given URL is a URL of the right kind, whether or not this call needs
-    /// that server: a typo is reported at once, not on the day a scenario needs Redis.
-    pub fn validate(&self) -> Result<(), InfraError> {
-        if let Some(u) = &self.database_url {
-            let normalized = url::normalize_postgres(u)?;
-            normalized
-                .parse::<sqlx::postgres::PgConnectOptions>()
-                .map_err(|e| InfraError::BadUrl {
-                    server: "PostgreSQL",
-                    url: url::redact(u),
-                    reason: e.to_string(),
-                })?;
-        }
-        if let Some(u) = &self.redis_url {
-            let checked = url::check_redis(u)?;
-            redis::Client::open(checked.as_str()).map_err(|e| InfraError::BadUrl {
-                server: "Redis",
-                url: url::redact(u),
-                reason: e.to_string(),
-            })?;
-        }
-        Ok(())
-    }
+/// A Redis URL of the right scheme, that the client accepts.
+fn check_redis_url(given: &str) -> Result<String, InfraError> {
+    let checked = url::check_redis(given)?;
+    redis::Client::open(checked.as_str()).map_err(|e| InfraError::BadUrl {
+        server: "Redis",
+        url: url::redact(given),
+        reason: e.to_string(),
+    })?;
+    Ok(checked)
 }
 
 /// Which servers the scenarios of this call need.
@@ -103,7 +101,7 @@ pub enum Origin {
 
 /// The PostgreSQL of this call.
 pub struct PgServer {
-    pub url: String,
+    pub target: PgTarget,
     pub origin: Origin,
     pub version: String,
     /// A small pool without a schema of its own: creates and drops run schemas.
@@ -179,7 +177,7 @@ impl Programs {
             }
         }
         if needs.redis && options.redis_url.is_none() {
-            programs.redis = binaries::find_redis();
+            programs.redis = binaries::find_redis().await;
             if programs.redis.is_none() {
                 missing.push("redis-server");
             }
@@ -200,7 +198,7 @@ impl Servers {
     pub async fn plan(options: &ServerOptions) -> Plan {
         let postgres = async {
             match &options.database_url {
-                Some(u) => Ok(format!("given: {}", url::redact(u))),
+                Some(target) => Ok(format!("given: {}", target.redacted())),
                 None => match binaries::find_postgres().await {
                     Some(b) => {
                         let version = binaries::version_of(&b.postgres).await.unwrap_or_default();
@@ -213,7 +211,7 @@ impl Servers {
         let redis = async {
             match &options.redis_url {
                 Some(u) => Ok(format!("given: {}", url::redact(u))),
-                None => match binaries::find_redis() {
+                None => match binaries::find_redis().await {
                     Some(p) => {
                         let version = binaries::version_of(&p).await.unwrap_or_default();
                         Ok(format!("throwaway: {} ({version})", p.display()))
@@ -232,7 +230,6 @@ impl Servers {
     /// Cancel-safe: a future dropped halfway (Ctrl-C while `initdb` runs) leaves no process and
     /// no temporary directory behind.
     pub async fn start(options: &ServerOptions, needs: Needs) -> Result<Servers, InfraError> {
-        options.validate()?;
         // What a `lab` killed with SIGKILL left behind goes before this one adds its own.
         let leftovers = crate::leftovers::sweep_async().await;
         let programs = Programs::find(options, needs).await?;
@@ -327,20 +324,25 @@ async fn start_postgres(
     options: &ServerOptions,
     bins: Option<PgBinaries>,
 ) -> Result<PgServer, InfraError> {
-    let (url, origin, throwaway, cluster) = match &options.database_url {
-        Some(u) => (url::normalize_postgres(u)?, Origin::Given, None, None),
+    let (target, origin, throwaway, cluster) = match &options.database_url {
+        Some(target) => (target.clone(), Origin::Given, None, None),
         None => {
             let bins = bins.ok_or_else(|| InfraError::Missing {
                 missing: "PostgreSQL server programs (initdb, postgres)".into(),
             })?;
             let (server, cluster) = postgres::start(&bins, &options.pg_template).await?;
-            let url = server.url.clone();
-            (url, Origin::Throwaway, Some(server), Some(cluster))
+            match PgTarget::parse(&server.url) {
+                Ok(target) => (target, Origin::Throwaway, Some(server), Some(cluster)),
+                Err(e) => {
+                    server.stop().await;
+                    return Err(e);
+                }
+            }
         }
     };
-    match connect_postgres(&url).await {
+    match connect_postgres(&target).await {
         Ok((version, admin)) => Ok(PgServer {
-            url,
+            target,
             origin,
             version,
             admin,
@@ -359,8 +361,8 @@ async fn start_postgres(
 /// What went wrong connecting to PostgreSQL, said for people: unreachable (nothing answered, or
 /// the connection broke), or refused (it answered: the login failed, the database is missing).
 /// The server's own message is used, without sqlx's wrapping or PostgreSQL's source line.
-fn pg_connect_error(url: &str, e: sqlx::Error) -> InfraError {
-    let url = url::redact(url);
+fn pg_connect_error(target: &PgTarget, e: sqlx::Error) -> InfraError {
+    let url = target.redacted();
     match &e {
         sqlx::Error::Database(db) => {
             let reason = match db.code().as_deref() {
@@ -397,10 +399,10 @@ fn pg_connect_error(url: &str, e: sqlx::Error) -> InfraError {
 }
 
 /// Asks a PostgreSQL its version and opens the admin pool.
-async fn connect_postgres(url: &str) -> Result<(String, PgPool), InfraError> {
-    let unreachable = |e: sqlx::Error| pg_connect_error(url, e);
+async fn connect_postgres(target: &PgTarget) -> Result<(String, PgPool), InfraError> {
+    let unreachable = |e: sqlx::Error| pg_connect_error(target, e);
     // A single connection first: a pool would hide "connection refused" behind a pool timeout.
-    let mut probe = sqlx::PgConnection::connect(url)
+    let mut probe = sqlx::PgConnection::connect_with(target.options())
         .await
         .map_err(unreachable)?;
     let version: String = sqlx::query_scalar("SHOW server_version")
@@ -410,7 +412,7 @@ async fn connect_postgres(url: &str) -> Result<(String, PgPool), InfraError> {
     let admin = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(10))
-        .connect(url)
+        .connect_with(target.options().clone())
         .await
         .map_err(unreachable)?;
     Ok((version, admin))

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::{InfraError, Servers};
@@ -29,7 +29,8 @@ pub struct RunSpace {
     /// Connections whose `search_path` is the run's schema.
     pub pg: Option<PgPool>,
     pub redis: Option<MultiplexedConnection>,
-    /// The URL of the run's PostgreSQL with the schema in `options`, for psql.
+    /// The URL of the run's PostgreSQL with the schema in `options`, for psql: its password is
+    /// hidden (psql asks for it, or reads PGPASSWORD), so it can be printed as it is.
     pub pg_url: Option<String>,
     pub redis_url: Option<String>,
 }
@@ -56,7 +57,7 @@ impl RunSpace {
                 sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
                     .execute(&server.admin)
                     .await?;
-                let options: PgConnectOptions = server.url.parse()?;
+                let options = server.target.options().clone();
                 let pool = PgPoolOptions::new()
                     // Enough for the concurrent scenarios: two requests, a worker, a reader.
                     .max_connections(8)
@@ -73,7 +74,7 @@ impl RunSpace {
                     // The lab's own schema files, not input from anyone.
                     sqlx::raw_sql(AssertSqlSafe(*script)).execute(&pool).await?;
                 }
-                let url = crate::url::with_search_path(&server.url, &schema)?;
+                let url = server.target.psql_url(&schema)?;
                 (Some(pool), Some(url))
             }
             None => (None, None),

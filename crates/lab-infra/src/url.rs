@@ -10,10 +10,59 @@
 //! whatever the lab writes into a query is percent-encoded, spaces as `%20`, which both read the
 //! same way; and the pairs already there are left exactly as they were written.
 
+use sqlx::postgres::PgConnectOptions;
 use url::Url;
 use url::form_urlencoded::{byte_serialize, parse};
 
 use crate::InfraError;
+
+/// A PostgreSQL to connect to, parsed once from the URL a learner gave (or a throwaway server's):
+/// the URL as sqlx and psql read it, and sqlx's connect options made from it. Everything that
+/// connects, names the server in a message or prints a psql line works from this one value.
+#[derive(Clone)]
+pub struct PgTarget {
+    url: String,
+    options: PgConnectOptions,
+}
+
+impl PgTarget {
+    /// Accepts the forms learners are told to export (see [`normalize_postgres`]).
+    pub fn parse(given: &str) -> Result<PgTarget, InfraError> {
+        let url = normalize_postgres(given)?;
+        let options = url.parse().map_err(|e: sqlx::Error| InfraError::BadUrl {
+            server: "PostgreSQL",
+            url: redact(given),
+            reason: e.to_string(),
+        })?;
+        Ok(PgTarget { url, options })
+    }
+
+    /// The URL, scheme `postgresql`, password included: for connecting, never for printing.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn options(&self) -> &PgConnectOptions {
+        &self.options
+    }
+
+    /// The URL with its password hidden: for messages.
+    pub fn redacted(&self) -> String {
+        redact(&self.url)
+    }
+
+    /// The URL a learner gives `psql` to look at a run's schema, password hidden (psql asks
+    /// for it, or reads PGPASSWORD).
+    pub fn psql_url(&self, schema: &str) -> Result<String, InfraError> {
+        Ok(redact(&with_search_path(&self.url, schema)?))
+    }
+}
+
+impl std::fmt::Debug for PgTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PgTarget").field(&self.redacted()).finish()
+    }
+}
 
 const POSTGRES_FORM: &str = "expected postgresql://user@host:port/database";
 

@@ -13,18 +13,27 @@ async fn a_given_url_with_a_query_works_for_a_run() {
         ..ServerOptions::default()
     };
     let throwaway = Servers::start(&no_template, Needs::POSTGRES).await.unwrap();
-    let base = throwaway.postgres.as_ref().unwrap().url.clone();
+    let base = throwaway
+        .postgres
+        .as_ref()
+        .unwrap()
+        .target
+        .url()
+        .to_string();
     // The form learners export, with a query.
     let given = format!(
         "{}?sslmode=disable",
         base.replace("postgresql://", "postgresql+psycopg://")
     );
-    let servers = Servers::start(&ServerOptions::new(Some(given), None), Needs::POSTGRES)
-        .await
-        .unwrap();
+    let servers = Servers::start(
+        &ServerOptions::new(Some(given), None).unwrap(),
+        Needs::POSTGRES,
+    )
+    .await
+    .unwrap();
     let pg = servers.postgres.as_ref().unwrap();
     assert_eq!(pg.origin, Origin::Given);
-    assert_eq!(pg.url, format!("{base}?sslmode=disable"));
+    assert_eq!(pg.target.url(), format!("{base}?sslmode=disable"));
 
     let space = RunSpace::create(
         &servers,
@@ -114,7 +123,8 @@ async fn the_plan_names_programs_and_versions() {
     let given = ServerOptions::new(
         Some("postgresql://lab:secret@db.example/lab?sslmode=require".into()),
         Some("redis://127.0.0.1:6379".into()),
-    );
+    )
+    .unwrap();
     let plan = Servers::plan(&given).await;
     assert_eq!(
         plan.postgres.unwrap(),

@@ -26,7 +26,7 @@ async fn check_given(options: &ServerOptions, needs: Needs) -> Finding {
         .map_err(|e| e.to_string())?;
     let found = if let Some(pg) = &servers.postgres {
         t(Msg::new("doctor.given")
-            .arg("url", lab_infra::url::redact(&pg.url))
+            .arg("url", pg.target.redacted())
             .arg("server", "PostgreSQL")
             .arg("version", pg.version.as_str()))
     } else if let Some(r) = &servers.redis {

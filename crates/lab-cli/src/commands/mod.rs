@@ -38,7 +38,7 @@ pub async fn dispatch(cli: Cli, library: Result<Library, LibraryError>) -> Resul
     if junit && !matches!(cli.command, Command::Check { .. }) {
         return Err(Failure::usage(t("junit_elsewhere")));
     }
-    let options = options(&cli.global)?;
+    let options = options(&cli.global, &cli.command)?;
     // The scenario files, loaded once (before the runtime started); a broken installation is an
     // environment problem for every command that needs them.
     let library = library.map_err(Failure::environment);
@@ -90,9 +90,18 @@ pub async fn dispatch(cli: Cli, library: Result<Library, LibraryError>) -> Resul
     }
 }
 
-/// The flags every command shares, checked and typed: a Toxiproxy URL that is not one is a
-/// usage error here, before anything starts.
-fn options(global: &Global) -> Result<SessionOptions, Failure> {
+/// The flags every command shares, checked and typed: a URL that is not one is a usage error
+/// here, before anything starts (for a command that uses servers; `lab list` does not care).
+fn options(global: &Global, command: &Command) -> Result<SessionOptions, Failure> {
+    let uses_servers = !matches!(
+        command,
+        Command::List { .. } | Command::Proxy(_) | Command::Completions { .. }
+    );
+    let servers = if uses_servers {
+        ServerOptions::new(global.database_url.clone(), global.redis_url.clone())?
+    } else {
+        ServerOptions::default()
+    };
     Ok(SessionOptions {
         lang: lang(global),
         color: color(global),
@@ -106,7 +115,7 @@ fn options(global: &Global) -> Result<SessionOptions, Failure> {
         show_sql: global.show_sql,
         show_commands: global.show_commands,
         keep: global.keep,
-        servers: ServerOptions::new(global.database_url.clone(), global.redis_url.clone()),
+        servers,
         toxiproxy_url: toxiproxy_url(global)?,
     })
 }

@@ -101,88 +101,14 @@ pub fn scenarios_dir() -> PathBuf {
     repo().join("scenarios")
 }
 
-/// Copies a directory tree (for tests that edit expected files).
-pub fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
-/// A temporary directory the `postgres` user can enter (lab runs PostgreSQL as that user when
-/// the tests run as root), to use as `TMPDIR` for a `lab` call.
-pub fn shared_tempdir() -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
-
-/// Processes whose working directory is inside `dir` (throwaway PostgreSQL and Redis both run
-/// with their data directory as working directory).
-pub fn processes_in(dir: &Path) -> Vec<String> {
-    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter_map(|e| {
-            let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
-            cwd.starts_with(&dir).then(|| {
-                let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-                format!(
-                    "{} {}",
-                    e.file_name().to_string_lossy(),
-                    String::from_utf8_lossy(&cmdline).replace('\0', " ")
-                )
-            })
-        })
-        .collect()
-}
-
-/// Entries left in a directory.
-pub fn entries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
+#[allow(unused_imports)] // each test binary uses some of them
+pub use lab_testkit::{copy_tree, entries, interrupt, processes_in, shared_tempdir, signal};
 
 /// Asserts that nothing a `lab` call started is left in its `TMPDIR`: no server process, no
 /// temporary directory.
 #[track_caller]
 pub fn assert_nothing_left(tmp: &Path) {
-    assert_eq!(
-        processes_in(tmp),
-        Vec::<String>::new(),
-        "servers left running"
-    );
-    assert_eq!(entries(tmp), Vec::<String>::new(), "temp dirs left behind");
-}
-
-/// Sends SIGINT (a Ctrl-C) to a child process.
-pub fn interrupt(child: &std::process::Child) {
-    signal(child, nix::sys::signal::Signal::SIGINT);
-}
-
-/// Sends a signal to a child process (not yet reaped, so its pid is still its own).
-pub fn signal(child: &std::process::Child, signal: nix::sys::signal::Signal) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, signal);
+    lab_testkit::assert_nothing_left(tmp, "after lab");
 }
 
 /// A port base for `lab serve` whose ports (base+4 to base+29) look free right now. They are

@@ -72,11 +72,21 @@ fn invalid_keys() -> [(String, Msg); 3] {
 }
 
 async fn run(ctx: &Ctx) -> ScenarioResult {
-    let n = &ctx.narrator;
     if !ctx.knob(&KEY_GUARD)? {
         configure_payments(ctx, unguarded()).await?;
     }
+    one_key_per_payment(ctx).await?;
+    invalid_keys_refused(ctx).await?;
+    in_flight(ctx).await?;
+    unguarded_side(ctx).await?;
+    ctx.narrator.explain();
+    ctx.narrator.quiz();
+    Ok(())
+}
 
+/// K1 paid, replayed, and reused with another amount; K2 for a second payment.
+async fn one_key_per_payment(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
     n.step(Msg::new("step.pay").arg("key", K1)).await?;
     let first = pay(ctx, K1, AMOUNT).await?;
     show_records(ctx, &[K1]).await?;
@@ -107,7 +117,12 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         "new_key_new_charge",
         second.charge_id().is_some() && second.charge_id() != first.charge_id(),
     );
+    Ok(())
+}
 
+/// The three invalid keys, each refused.
+async fn invalid_keys_refused(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
     n.step("step.invalid").await?;
     let mut statuses = Vec::new();
     for (key, shown) in invalid_keys() {
@@ -116,13 +131,17 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         statuses.push(paid.answer.status_or_zero());
     }
     n.fact("invalid_key_statuses", statuses);
+    Ok(())
+}
 
+/// K3 twice at once, then once more: 409 while the first charges, then the first's Charge.
+async fn in_flight(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
     let (in_flight, third) = overlap_k3(ctx).await?;
-    n.fact("in_flight_status", in_flight.answer.status_or_zero());
-    n.fact(
-        "in_flight_retry_after",
-        in_flight.answer.retry_after.clone().unwrap_or_default(),
-    );
+    let status = in_flight.answer.status_or_zero();
+    let retry_after = in_flight.answer.retry_after.clone().unwrap_or_default();
+    n.fact("in_flight_status", status);
+    n.fact("in_flight_retry_after", retry_after.as_str());
 
     n.step(Msg::new("step.k3_again").arg("key", K3)).await?;
     let replay = pay(ctx, K3, AMOUNT).await?;
@@ -137,15 +156,17 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.fact("provider_charges", charges.len());
     n.reveal(
         Msg::new("reveal")
-            .arg("status", in_flight.answer.status_or_zero())
-            .arg(
-                "retry_after",
-                in_flight.answer.retry_after.clone().unwrap_or_default(),
-            )
+            .arg("status", status)
+            .arg("retry_after", retry_after)
             .arg("charges", charges.len()),
     )
     .await?;
+    Ok(())
+}
 
+/// The broken side: without the 400 guard, an invalid key runs the charge unprotected.
+async fn unguarded_side(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
     n.side("side.unguarded");
     configure_payments(ctx, unguarded()).await?;
     n.step(Msg::new("step.unguarded").arg("key", COLON_KEY))
@@ -158,9 +179,6 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     show_charges(ctx).await?;
     n.fact("invalid_key_unguarded_charges", unguarded.len());
     n.note(Msg::new("note.unguarded").arg("charges", unguarded.len()));
-
-    n.explain();
-    n.quiz();
     Ok(())
 }
 

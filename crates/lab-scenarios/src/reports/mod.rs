@@ -19,6 +19,12 @@ pub mod lease;
 pub mod lease_stale;
 pub mod timeout;
 
+// The module "Adding a scenario" (docs/architecture.md) tells a newcomer to write, word for
+// word: compiled and run by this crate's tests, so the documentation cannot drift from what
+// works. It has no folder under `scenarios/`, so it is no scenario of the catalogue.
+#[cfg(test)]
+mod hello_example;
+
 use lab_core::narrator::reread;
 use lab_core::{Msg, Table};
 use lab_services::reports::{self, ReportCreated};
@@ -322,5 +328,64 @@ pub fn task_table(row: &tasks::TaskRow) -> Table {
             cell(row.lease.clone()),
             cell(row.report_id),
         ]],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_infra::{Needs, ServerOptions, Servers};
+
+    use crate::catalogue::Entry;
+
+    /// The documentation's module is the one in `hello_example.rs`, line for line.
+    #[test]
+    fn the_documented_module_is_the_one_compiled_here() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md"),
+        )
+        .expect("docs/architecture.md");
+        let section = doc
+            .split("## Adding a scenario")
+            .nth(1)
+            .expect("the section exists");
+        let block = section
+            .split("```rust\n")
+            .nth(1)
+            .and_then(|rest| rest.split("   ```").next())
+            .expect("the section has a Rust block");
+        let documented: Vec<&str> = block
+            .lines()
+            .map(|line| line.strip_prefix("   ").unwrap_or(line))
+            .collect();
+        let compiled: Vec<&str> = include_str!("hello_example.rs").lines().collect();
+        assert_eq!(documented, compiled);
+    }
+
+    /// It runs, and measures its fact from real state: what step 2 of the documentation says
+    /// `cargo run -- run hello` shows.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_documented_module_runs_and_measures_its_fact() {
+        let servers = Servers::start(&ServerOptions::default(), Needs::POSTGRES)
+            .await
+            .expect("a throwaway PostgreSQL");
+        let entry = Entry {
+            name: "hello",
+            source: "crates/lab-scenarios/src/reports/hello.rs",
+            lesson: &super::LESSON,
+            scenario: &super::hello_example::SCENARIO,
+        };
+        let library = crate::Library::load().expect("the scenario files");
+        let narrator = lab_core::Narrator::recording();
+        let report = crate::run(entry, &servers, narrator, &library, &Default::default()).await;
+        servers.shutdown().await;
+        let report = report.expect("the documented module runs");
+        assert_eq!(
+            report.facts.get("task_attempts"),
+            Some(&serde_json::json!(1))
+        );
+        assert!(
+            !report.passed,
+            "nothing is expected of it before its first --bless"
+        );
     }
 }

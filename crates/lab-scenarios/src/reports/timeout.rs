@@ -74,23 +74,43 @@ async fn call_through_slow_hop(
     Ok(answer)
 }
 
+/// The two timings of the story: how long the proxy holds each answer, how long the client
+/// waits.
+#[derive(Clone, Copy)]
+struct Timing {
+    slow_response: Duration,
+    client_timeout: Duration,
+}
+
 async fn run(ctx: &Ctx) -> ScenarioResult {
+    let timing = Timing {
+        client_timeout: ctx.knob(&CLIENT_TIMEOUT)?,
+        slow_response: ctx.knob(&SLOW_RESPONSE)?,
+    };
+    ctx.narrator.side("side.keyed");
+    keyed(ctx, timing).await?;
+    ctx.narrator.side("side.keyless");
+    keyless(ctx, timing).await?;
+    ctx.narrator.explain();
+    ctx.narrator.quiz();
+    Ok(())
+}
+
+/// The timeout, a retry while the answers are still held, and one once they are not: all with
+/// the stable key.
+async fn keyed(ctx: &Ctx, timing: Timing) -> ScenarioResult {
     let n = &ctx.narrator;
     // Every call of this scenario goes through the proxy on the service's hop.
     let api = report_service(ctx)?;
-    let client_timeout = ctx.knob(&CLIENT_TIMEOUT)?;
-    let slow_response = ctx.knob(&SLOW_RESPONSE)?;
-
-    n.side("side.keyed");
     let attempts = seed_and_claim_a(ctx).await?;
     let slow = ctx
         .faults()?
-        .slow_responses(reports::NAME, slow_response)
+        .slow_responses(reports::NAME, timing.slow_response)
         .await?;
     n.step(
         Msg::new("step.slow_hop")
-            .arg("delay", slow_response)
-            .arg("timeout", client_timeout),
+            .arg("delay", timing.slow_response)
+            .arg("timeout", timing.client_timeout),
     )
     .await?;
     n.predict("predict").await?;
@@ -98,7 +118,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     // Worker A's call: the service commits, the proxy holds the answer, the client gives up.
     n.step(Msg::new("step.post_a").arg("key", STABLE_KEY))
         .await?;
-    let first = call_through_slow_hop(ctx, api, Some(STABLE_KEY), client_timeout).await?;
+    let first = call_through_slow_hop(ctx, api, Some(STABLE_KEY), timing.client_timeout).await?;
 
     n.step("step.look").await?;
     let reports_after_timeout = count_reports(ctx).await?;
@@ -116,15 +136,22 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     // Retrying at once, against a service that is still slow, times out again.
     n.step(Msg::new("step.retry_at_once").arg("key", STABLE_KEY))
         .await?;
-    let at_once = call_through_slow_hop(ctx, api, Some(STABLE_KEY), client_timeout).await?;
+    let at_once = call_through_slow_hop(ctx, api, Some(STABLE_KEY), timing.client_timeout).await?;
     n.fact("retry_while_slow_outcome", at_once.outcome.word());
     n.note(Msg::new("note.retry_at_once").arg("outcome", at_once.outcome.word()));
 
     ctx.faults()?.remove(slow).await?;
     n.step(Msg::new("step.retry").arg("key", STABLE_KEY))
         .await?;
-    let retry_caller = Caller::waiting(RETRY_TIMEOUT);
-    let retry = post_report(ctx, &retry_caller, api, "a", Some(STABLE_KEY), REPORT_TYPE).await;
+    let retry = post_report(
+        ctx,
+        &Caller::waiting(RETRY_TIMEOUT),
+        api,
+        "a",
+        Some(STABLE_KEY),
+        REPORT_TYPE,
+    )
+    .await;
     let retry_id = created(&retry).map(|c| c.report_id);
     if let Some(report_id) = retry_id {
         n.step(Msg::new("step.complete").arg("report_id", report_id))
@@ -141,29 +168,38 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     );
     n.fact("reports_total", count_reports(ctx).await?);
     n.fact("task_status", task.status);
+    Ok(())
+}
 
-    // The other side: the same timeout, and a retry without a key.
-    n.side("side.keyless");
+/// The other side: the same timeout, and a retry without a key.
+async fn keyless(ctx: &Ctx, timing: Timing) -> ScenarioResult {
+    let n = &ctx.narrator;
+    let api = report_service(ctx)?;
     reset_tables(ctx).await?;
     n.note("note.reset");
     seed_and_claim_a(ctx).await?;
     let slow = ctx
         .faults()?
-        .slow_responses(reports::NAME, slow_response)
+        .slow_responses(reports::NAME, timing.slow_response)
         .await?;
     n.step("step.post_keyless").await?;
-    call_through_slow_hop(ctx, api, None, client_timeout).await?;
+    call_through_slow_hop(ctx, api, None, timing.client_timeout).await?;
     ctx.faults()?.remove(slow).await?;
     n.predict("predict_keyless").await?;
     n.step("step.retry_keyless").await?;
-    post_report(ctx, &retry_caller, api, "a", None, REPORT_TYPE).await;
+    post_report(
+        ctx,
+        &Caller::waiting(RETRY_TIMEOUT),
+        api,
+        "a",
+        None,
+        REPORT_TYPE,
+    )
+    .await;
     show_reports(ctx).await?;
     let keyless = count_reports(ctx).await?;
     n.fact("keyless_retry_reports_total", keyless);
     n.reveal(Msg::new("reveal_keyless").arg("reports", keyless))
         .await?;
-
-    n.explain();
-    n.quiz();
     Ok(())
 }
