@@ -1,8 +1,20 @@
-//! `lab`: the command-line front of the lab.
+//! `lab`: the command-line front of the lab. It parses flags, runs one lifecycle around the
+//! work, and hands scenarios to `lab-scenarios` and services to `lab-services`.
 //!
-//! This crate is thin on purpose: it parses flags ([`cli`]), starts the servers and watches for
-//! Ctrl-C ([`session`]), and hands scenarios to `lab-scenarios`. Errors become one line on
-//! stderr and a documented exit code ([`cli::exit`]).
+//! # Layout
+//!
+//! - [`cli`]: the command line as clap sees it; nothing below it knows clap.
+//! - [`commands`]: one module per command; each turns flags into typed options
+//!   ([`session::SessionOptions`]) and returns an exit code or a [`exit::Failure`].
+//! - [`session`]: the one lifecycle of every command that runs scenarios or services (servers,
+//!   guarded work, what comes after, cleanup), signals, and the step gate.
+//! - [`select`]: the scenarios and knobs a command line chooses, checked before anything starts.
+//! - [`exit`]: the exit codes, and a command's failure as the learner reads it.
+//! - [`words`]: the CLI's own words in the learner's language; [`output`]: stdout through a
+//!   queue that never holds up a run; [`logging`]: `--log`; [`web`]: the page of `run --web`.
+//!
+//! Every line `lab` prints on stderr is in the learner's language (clap's own messages are
+//! clap's). Errors become one line on stderr and a documented exit code.
 //!
 //! The runtime is built by hand rather than with `#[tokio::main]` so that it can be shut down
 //! without waiting for the thread that reads stdin in step mode (a blocked read would otherwise

@@ -13,7 +13,8 @@
 //! - [`event`]: the events and their parts ([`Outcome`], [`Table`]).
 //! - [`narrator`]: the handle scenarios and services emit events through; it also records them.
 //! - [`gate`]: step mode: pause after every step and before each answer, read Enter from stdin.
-//! - [`checkpoint`]: named points inside services where a scenario can hold or order requests.
+//! - [`checkpoint`]: named points inside services where a scenario can hold or order requests
+//!   (a barrier for N callers, a bounded hold of the first, a notice that one passed).
 //! - [`facts`]: measured facts, expected facts, and their comparison.
 //! - [`render`]: text and JSON-lines renderers.
 //! - [`trace`]: the SQL statements and Redis commands a run executed, caught from `tracing`;

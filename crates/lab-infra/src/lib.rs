@@ -34,8 +34,8 @@
 //!   killed one left behind.
 //! - [`servers`]: the servers of one `lab` call, given or throwaway.
 //! - [`space`]: the per-run schema and key prefix.
-//! - [`url`]: accepting the URL forms learners are told to export, redacting passwords, and
-//!   the per-run URL for psql.
+//! - [`url`]: accepting the URL forms learners are told to export ([`url::PgTarget`]: a
+//!   PostgreSQL URL parsed once), redacting passwords, and the per-run URL for psql.
 
 pub mod binaries;
 mod copy;

@@ -108,11 +108,11 @@ async fn run_in_span(
     narrator.start(entry.name);
     check_servers(entry, servers)?;
 
-    let mut tables = Vec::new();
-    if servers.postgres.is_some() && !entry.lesson.schema.trim().is_empty() {
-        tables.push(entry.lesson.schema);
-    }
-    tables.extend(stage::schemas(entry.requires().services));
+    let tables = if servers.postgres.is_some() {
+        tables(entry)
+    } else {
+        Vec::new()
+    };
     let space = backstage(RunSpace::create(servers, &tables)).await?;
 
     let tasks = TaskTracker::new();
@@ -152,6 +152,20 @@ async fn run_in_span(
         events: narrator.events(),
         kept,
     })
+}
+
+/// The table scripts a scenario's run executes in its schema: its lesson's, then its services',
+/// each once (the reports lesson and the report service share the top-level `schema.sql`).
+pub fn tables(entry: Entry) -> Vec<&'static str> {
+    let mut tables = Vec::new();
+    for script in
+        std::iter::once(entry.lesson.schema).chain(stage::schemas(entry.requires().services))
+    {
+        if !script.trim().is_empty() && !tables.contains(&script) {
+            tables.push(script);
+        }
+    }
+    tables
 }
 
 /// The run's fault plane and services. What was started is stopped again if the rest fails.

@@ -8,9 +8,11 @@
 //!
 //! - [`spec`]: a service as a [`ServiceSpec`] (name, needs, tables, checkpoints, router) and
 //!   [`launch`], the one way a scenario run and `lab serve` start it; [`Observer`], through which
-//!   a service reports what it does (the lab narrates it; nothing here renders).
+//!   a service reports what it does (the lab narrates it; nothing here renders); the
+//!   [`ServiceEnv`] a service gets (a builder for tests).
 //! - [`reports`]: the external report service of Lesson A (`POST /reports` with an optional
-//!   `Idempotency-Key`, deduplicated by a UNIQUE constraint).
+//!   `Idempotency-Key`, deduplicated by a UNIQUE constraint); its tables are the top-level
+//!   `schema.sql` ([`reports::SCHEMA_SQL`]).
 //! - [`http`]: the accept loop every bundled port uses (axum's, plus a header-read timeout, so
 //!   idle connections are closed).
 //! - [`payments`]: the payment service of the payments lesson: one charge per Idempotency-Key,
@@ -22,7 +24,8 @@
 //!   [`retry`] policy with seeded jitter.
 //! - [`mailer`]: the mock mailer of the worker lesson (every request is a new email).
 //! - [`api`]: the JSON error type and body extractor every service shares, so a malformed
-//!   request gets a 4xx with a JSON body, never a 500.
+//!   request gets a 4xx with a JSON body, never a 500; and [`api::ConfigRequest`], the typed
+//!   body of a service's `PUT /config`.
 //! - [`stage`]: starting a list of services from their specs, callees first, each behind a
 //!   fault-proxy hop when the run breaks that link (a scenario run and `lab serve` alike), and
 //!   [`faults`]: the proxies of those hops (the embedded `faultproxy`, or a real Toxiproxy).

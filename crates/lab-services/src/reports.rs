@@ -49,12 +49,16 @@ pub const INSERT_KEYED: &str =
 /// The report stored under a key, read when the keyed insert did nothing.
 pub const SELECT_BY_KEY: &str = "SELECT id, payload_hash FROM reports WHERE idempotency_key = $1";
 
+/// The tables of the lessons (the top-level `schema.sql`, the one copy): the report service's
+/// `reports` (and the naive design's `naive_reports`), and the lesson's `tasks` beside them.
+pub const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
+
 /// The report service, as the lab starts it.
 pub static SPEC: ServiceSpec = ServiceSpec {
     name: NAME,
     title: "report service",
     needs: Needs::POSTGRES,
-    schema: include_str!("reports.sql"),
+    schema: SCHEMA_SQL,
     calls: &[],
     checkpoints: &[
         Checkpoint {

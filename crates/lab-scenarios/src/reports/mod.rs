@@ -1,6 +1,6 @@
 //! Lesson A: a background task and an external report API, on PostgreSQL.
 //!
-//! Our side is the `tasks` table (`schema.sql` here) with `claim_task` / `complete_task`
+//! Our side is the `tasks` table (the top-level `schema.sql`) with `claim_task` / `complete_task`
 //! ([`tasks`]); the other side is the report service (`lab_services::reports`), a real HTTP server
 //! on 127.0.0.1 with its own `reports` table. The helpers here are what every scenario of the
 //! lesson does: have a worker POST to the service, and show the rows.
@@ -38,7 +38,8 @@ use crate::{Ctx, ScenarioError};
 pub const LESSON: Lesson = Lesson {
     id: "A",
     order: 1,
-    schema: include_str!("schema.sql"),
+    // The top-level schema.sql, which the report service's spec runs too (a run runs it once).
+    schema: reports::SCHEMA_SQL,
 };
 
 /// The lesson's task.
