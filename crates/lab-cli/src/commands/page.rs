@@ -14,101 +14,156 @@
 
 use lab_core::render::mermaid_calls;
 use lab_core::text::COMMON;
-use lab_core::{Lang, Msg, Texts};
+use lab_core::{Event, Facts, Lang, Msg, Texts};
 use lab_scenarios::RunReport;
 
 /// The page of one run of one scenario, in `lang`.
 pub fn page(texts: &Texts, lang: Lang, report: &RunReport) -> String {
-    let name = report.name;
-    let own = |key: &str| texts.render(name, lang, &Msg::new(key));
-    let common = |key: &str| texts.render(COMMON, lang, &Msg::new(key));
+    let sections = Sections {
+        texts,
+        lang,
+        name: report.name,
+    };
     let mut page = String::new();
+    page.push_str(&sections.title());
+    page.push_str(&sections.run());
+    page.push_str(&sections.diagram(&report.events));
+    page.push_str(&sections.explain());
+    page.push_str(&sections.quiz());
+    page.push_str(&sections.facts(&report.facts));
+    page
+}
 
-    page.push_str(&format!("# {name} · {}\n\n", own("title")));
-    page.push_str(&format!("*{}*\n\n", one_line(&own("summary"))));
-    page.push_str(&format!("{}\n\n", own("story").trim()));
+/// What every section of a page is written from: the catalogues, the language and the scenario.
+struct Sections<'a> {
+    texts: &'a Texts,
+    lang: Lang,
+    name: &'a str,
+}
 
-    page.push_str(&format!("## {}\n\n```sh\n", common("docs.run")));
-    for flags in [
-        "",
-        " --step",
-        " --diagram --show-sql --show-commands",
-        " --quiz --answers",
-    ] {
-        page.push_str(&format!("lab run {name}{flags}\n"));
+impl Sections<'_> {
+    /// A text of the scenario's own catalogue.
+    fn own(&self, key: &str) -> String {
+        self.texts.render(self.name, self.lang, &Msg::new(key))
     }
-    page.push_str(&format!("lab explain {name}\n```\n\n"));
-    let knobs = lab_scenarios::catalogue::find(name)
-        .map(|entry| entry.scenario.knobs)
-        .unwrap_or_default();
-    if !knobs.is_empty() {
-        page.push_str(&format!("{}\n\n", common("docs.knobs")));
-        for knob in knobs {
-            let about = texts
-                .get(name, lang, &format!("knobs.{}", knob.name))
-                .unwrap_or_default();
-            page.push_str(&format!(
-                "- `--set {}={}`: {}\n",
-                knob.name,
-                knob.default_value(),
-                one_line(about)
-            ));
+
+    /// A text of the common catalogue (headings, labels).
+    fn common(&self, key: &str) -> String {
+        self.texts.render(COMMON, self.lang, &Msg::new(key))
+    }
+
+    /// The title, the summary in italics and the story.
+    fn title(&self) -> String {
+        let name = self.name;
+        let mut out = format!("# {name} · {}\n\n", self.own("title"));
+        out.push_str(&format!("*{}*\n\n", one_line(&self.own("summary"))));
+        out.push_str(&format!("{}\n\n", self.own("story").trim()));
+        out
+    }
+
+    /// How to run it: the commands, then the knobs with their defaults, if it has any.
+    fn run(&self) -> String {
+        let name = self.name;
+        let mut out = format!("## {}\n\n```sh\n", self.common("docs.run"));
+        for flags in [
+            "",
+            " --step",
+            " --diagram --show-sql --show-commands",
+            " --quiz --answers",
+        ] {
+            out.push_str(&format!("lab run {name}{flags}\n"));
         }
-        page.push('\n');
-    }
-
-    page.push_str(&format!(
-        "## {}\n\n{}\n\n```mermaid\n{}```\n\n",
-        common("docs.diagram"),
-        texts.render(
-            COMMON,
-            lang,
-            &Msg::new("docs.diagram_note").arg("name", name)
-        ),
-        mermaid_calls(texts, lang, &report.events),
-    ));
-
-    page.push_str(&format!(
-        "## {}\n\n{}\n\n",
-        common("label.explain"),
-        own("explain").trim()
-    ));
-    let checklist = texts.list(name, lang, "checklist");
-    if !checklist.is_empty() {
-        page.push_str(&format!("### {}\n\n", common("label.checklist")));
-        for item in checklist {
-            page.push_str(&format!("- {}\n", one_line(&item)));
+        out.push_str(&format!("lab explain {name}\n```\n\n"));
+        let knobs = lab_scenarios::catalogue::find(name)
+            .map(|entry| entry.scenario.knobs)
+            .unwrap_or_default();
+        if !knobs.is_empty() {
+            out.push_str(&format!("{}\n\n", self.common("docs.knobs")));
+            for knob in knobs {
+                let about = self
+                    .texts
+                    .get(name, self.lang, &format!("knobs.{}", knob.name))
+                    .unwrap_or_default();
+                out.push_str(&format!(
+                    "- `--set {}={}`: {}\n",
+                    knob.name,
+                    knob.default_value(),
+                    one_line(about)
+                ));
+            }
+            out.push('\n');
         }
-        page.push('\n');
+        out
     }
 
-    let answers = texts.list(name, lang, "quiz_answers");
-    let questions = texts.list(name, lang, "quiz");
-    if !questions.is_empty() {
-        page.push_str(&format!("## {}\n\n", common("label.quiz")));
+    /// The Mermaid sequence diagram of the run's calls, with a note on what it leaves out.
+    fn diagram(&self, events: &[Event]) -> String {
+        format!(
+            "## {}\n\n{}\n\n```mermaid\n{}```\n\n",
+            self.common("docs.diagram"),
+            self.texts.render(
+                COMMON,
+                self.lang,
+                &Msg::new("docs.diagram_note").arg("name", self.name)
+            ),
+            mermaid_calls(self.texts, self.lang, events),
+        )
+    }
+
+    /// Why it happened, and the lesson's checklist where the scenario has one.
+    fn explain(&self) -> String {
+        let mut out = format!(
+            "## {}\n\n{}\n\n",
+            self.common("label.explain"),
+            self.own("explain").trim()
+        );
+        let checklist = self.texts.list(self.name, self.lang, "checklist");
+        if !checklist.is_empty() {
+            out.push_str(&format!("### {}\n\n", self.common("label.checklist")));
+            for item in checklist {
+                out.push_str(&format!("- {}\n", one_line(&item)));
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The numbered questions, each model answer folded away under its question (nothing when
+    /// the scenario has no quiz).
+    fn quiz(&self) -> String {
+        let answers = self.texts.list(self.name, self.lang, "quiz_answers");
+        let questions = self.texts.list(self.name, self.lang, "quiz");
+        if questions.is_empty() {
+            return String::new();
+        }
+        let mut out = format!("## {}\n\n", self.common("label.quiz"));
         for (i, question) in questions.iter().enumerate() {
-            page.push_str(&format!("{}. {}\n", i + 1, one_line(question)));
+            out.push_str(&format!("{}. {}\n", i + 1, one_line(question)));
             if let Some(answer) = answers.get(i) {
-                page.push_str(&format!(
+                out.push_str(&format!(
                     "   <details><summary>{}</summary>\n\n   {}\n\n   </details>\n",
-                    common("label.model_answer"),
+                    self.common("label.model_answer"),
                     one_line(answer)
                 ));
             }
         }
-        page.push('\n');
+        out.push('\n');
+        out
     }
 
-    page.push_str(&format!(
-        "## {}\n\n| {} | {} |\n|---|---|\n",
-        common("label.facts"),
-        common("label.fact"),
-        common("label.measured"),
-    ));
-    for (fact, value) in &report.facts {
-        page.push_str(&format!("| `{fact}` | `{value}` |\n"));
+    /// The table of the facts the run measured.
+    fn facts(&self, facts: &Facts) -> String {
+        let mut out = format!(
+            "## {}\n\n| {} | {} |\n|---|---|\n",
+            self.common("label.facts"),
+            self.common("label.fact"),
+            self.common("label.measured"),
+        );
+        for (fact, value) in facts {
+            out.push_str(&format!("| `{fact}` | `{value}` |\n"));
+        }
+        out
     }
-    page
 }
 
 /// A text written over several lines in the TOML files, as one Markdown line (a list item or a

@@ -180,158 +180,193 @@ impl Reader {
             .map(|(i, _)| i)
     }
 
+    /// A message rendered in the reader's scenario and language.
+    fn render(&self, texts: &Texts, msg: &Msg) -> String {
+        texts.render(&self.scope, self.lang, msg)
+    }
+
     /// Reads one event; returns how many marks it added (at the end of the picture's marks).
     pub fn read(&mut self, texts: &Texts, event: &Event) -> usize {
         let before = self.picture.marks.len();
-        let lang = self.lang;
         match event {
             Event::Start { scenario } => self.scope = scenario.clone(),
-            Event::Step { number, text } => {
-                let text = format!(
-                    "{number}. {}",
-                    texts
-                        .render(&self.scope, lang, text)
-                        .split_whitespace()
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                );
-                self.picture.marks.push(Mark::Step { text });
-            }
+            Event::Step { number, text } => self.step(texts, *number, text),
             Event::Request {
                 text,
                 from: Some(from),
                 to: Some(to),
                 timeout_ms,
-            } => {
-                let from = self.participant(texts, from);
-                let to = self.participant(texts, &format!("service.{to}"));
-                let told = texts.render(&self.scope, lang, text);
-                // "who → service: POST …": the arrow already says who and where.
-                let short = told
-                    .split_once(": ")
-                    .map_or(told.clone(), |(_, rest)| rest.to_string());
-                self.open.push((from, to, self.picture.marks.len()));
-                self.picture.marks.push(Mark::Call {
-                    from,
-                    to,
-                    label: short,
-                    timeout_ms: *timeout_ms,
-                });
-            }
+            } => self.request(texts, text, from, to, *timeout_ms),
             Event::Response {
                 outcome,
                 status,
                 detail,
                 ..
-            } => {
-                if let Some((caller, callee, call)) = self.open.pop() {
-                    let mut label = self.label(texts, &format!("outcome.{}", outcome.word()));
-                    if let Some(status) = status {
-                        let _ = write!(label, " {status}");
-                    }
-                    if let Some(detail) = detail {
-                        let _ = write!(label, ": {}", texts.render(&self.scope, lang, detail));
-                    }
-                    self.picture.marks.push(Mark::Answer {
-                        from: callee,
-                        to: caller,
-                        outcome: *outcome,
-                        label,
-                        call: Some(call),
-                    });
-                }
-            }
-            Event::Service { service, text } => {
-                let at = self.participant(texts, &format!("service.{service}"));
-                let told = texts.render(&self.scope, lang, text);
-                let next =
-                    next_service(text).map(|n| self.participant(texts, &format!("service.{n}")));
-                let mark = match (text.key.as_str(), next) {
-                    ("relay.calling", Some(next)) => Mark::Call {
-                        from: at,
-                        to: next,
-                        label: told,
-                        timeout_ms: None,
-                    },
-                    ("relay.answered", Some(next)) => Mark::Answer {
-                        from: next,
-                        to: at,
-                        outcome: Outcome::Ok,
-                        label: told,
-                        call: self.unanswered(at, next),
-                    },
-                    (key, Some(next)) if key.starts_with("relay.retrying") => Mark::Answer {
-                        from: next,
-                        to: at,
-                        outcome: Outcome::Unknown,
-                        label: told,
-                        call: self.unanswered(at, next),
-                    },
-                    _ => Mark::Note { at, text: told },
-                };
-                self.picture.marks.push(mark);
-            }
-            Event::Executed(executed) if self.stores => {
-                let from = match &executed.by {
-                    Some(service) => self.participant(texts, &format!("service.{service}")),
-                    None => self.participant(texts, "lane.ours"),
-                };
-                let (id, name) = match (&executed.server, &executed.by) {
-                    (Server::Redis, _) => ("redis".to_string(), "Redis".to_string()),
-                    (Server::Postgres, None) => {
-                        ("lane.our_db".to_string(), self.label(texts, "lane.our_db"))
-                    }
-                    (Server::Postgres, Some(service)) => (
-                        format!("lane.service_db.{service}"),
-                        texts.render(
-                            &self.scope,
-                            lang,
-                            &Msg::new("lane.service_db")
-                                .arg("service", Msg::new(format!("service.{service}"))),
-                        ),
-                    ),
-                };
-                let to = self.picture.participant(id, name);
-                if !self.store_lanes.contains(&to) {
-                    self.store_lanes.push(to);
-                }
-                self.picture.marks.push(Mark::Call {
-                    from,
-                    to,
-                    label: executed_label(executed),
-                    timeout_ms: None,
-                });
-            }
-            Event::Fault { hop, fault } if self.faults => {
-                let mut label = Msg::new(format!("fault.{}", fault.word()));
-                if let Fault::Held { millis } = fault {
-                    label = label.arg("ms", i64::try_from(*millis).unwrap_or(i64::MAX));
-                }
-                let label = texts.render(&self.scope, lang, &label);
-                let hop = format!("service.{hop}");
-                let name = self.label(texts, &hop);
-                let at = self.picture.participants.iter().position(|p| *p == name);
-                self.picture.marks.push(Mark::Fault {
-                    at,
-                    hop,
-                    fault: *fault,
-                    label,
-                });
-            }
-            Event::Checkpoint { point } if self.faults => {
-                // Points are named `<service>.<where>`: the service is the lane.
-                let service = point.split('.').next().unwrap_or(point);
-                let at = self.participant(texts, &format!("service.{service}"));
-                let label = texts.render(
-                    &self.scope,
-                    lang,
-                    &Msg::new("fault.checkpoint").arg("point", point.as_str()),
-                );
-                self.picture.marks.push(Mark::Checkpoint { at, label });
-            }
+            } => self.response(texts, *outcome, *status, detail.as_ref()),
+            Event::Service { service, text } => self.service(texts, service, text),
+            Event::Executed(executed) if self.stores => self.executed(texts, executed),
+            Event::Fault { hop, fault } if self.faults => self.fault(texts, hop, fault),
+            Event::Checkpoint { point } if self.faults => self.checkpoint(texts, point),
             _ => {}
         }
         self.picture.marks.len() - before
+    }
+
+    /// A step of the story, on one line: `7. Worker B claims the same task: …`.
+    fn step(&mut self, texts: &Texts, number: u32, text: &Msg) {
+        let text = format!(
+            "{number}. {}",
+            self.render(texts, text)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        self.picture.marks.push(Mark::Step { text });
+    }
+
+    /// A call from one of our actors to a service, left open until its answer.
+    fn request(
+        &mut self,
+        texts: &Texts,
+        text: &Msg,
+        from: &str,
+        to: &str,
+        timeout_ms: Option<u64>,
+    ) {
+        let from = self.participant(texts, from);
+        let to = self.participant(texts, &format!("service.{to}"));
+        let told = self.render(texts, text);
+        // "who → service: POST …": the arrow already says who and where.
+        let short = told
+            .split_once(": ")
+            .map_or(told.clone(), |(_, rest)| rest.to_string());
+        self.open.push((from, to, self.picture.marks.len()));
+        self.picture.marks.push(Mark::Call {
+            from,
+            to,
+            label: short,
+            timeout_ms,
+        });
+    }
+
+    /// The answer to the most recent open call, back from the callee to its caller:
+    /// `unknown: …`, `ok 201`.
+    fn response(
+        &mut self,
+        texts: &Texts,
+        outcome: Outcome,
+        status: Option<u16>,
+        detail: Option<&Msg>,
+    ) {
+        let Some((caller, callee, call)) = self.open.pop() else {
+            return;
+        };
+        let mut label = self.label(texts, &format!("outcome.{}", outcome.word()));
+        if let Some(status) = status {
+            let _ = write!(label, " {status}");
+        }
+        if let Some(detail) = detail {
+            let _ = write!(label, ": {}", self.render(texts, detail));
+        }
+        self.picture.marks.push(Mark::Answer {
+            from: callee,
+            to: caller,
+            outcome,
+            label,
+            call: Some(call),
+        });
+    }
+
+    /// What a service did: a note in its lane, or, for a relay calling the next service (and
+    /// what came back, or did not), an arrow between the two.
+    fn service(&mut self, texts: &Texts, service: &str, text: &Msg) {
+        let at = self.participant(texts, &format!("service.{service}"));
+        let told = self.render(texts, text);
+        let next = next_service(text).map(|n| self.participant(texts, &format!("service.{n}")));
+        let mark = match (text.key.as_str(), next) {
+            ("relay.calling", Some(next)) => Mark::Call {
+                from: at,
+                to: next,
+                label: told,
+                timeout_ms: None,
+            },
+            ("relay.answered", Some(next)) => Mark::Answer {
+                from: next,
+                to: at,
+                outcome: Outcome::Ok,
+                label: told,
+                call: self.unanswered(at, next),
+            },
+            (key, Some(next)) if key.starts_with("relay.retrying") => Mark::Answer {
+                from: next,
+                to: at,
+                outcome: Outcome::Unknown,
+                label: told,
+                call: self.unanswered(at, next),
+            },
+            _ => Mark::Note { at, text: told },
+        };
+        self.picture.marks.push(mark);
+    }
+
+    /// A statement or command, as an arrow from whoever ran it into the lane of its database
+    /// (ours or the service's) or of Redis.
+    fn executed(&mut self, texts: &Texts, executed: &Executed) {
+        let from = match &executed.by {
+            Some(service) => self.participant(texts, &format!("service.{service}")),
+            None => self.participant(texts, "lane.ours"),
+        };
+        let (id, name) = match (&executed.server, &executed.by) {
+            (Server::Redis, _) => ("redis".to_string(), "Redis".to_string()),
+            (Server::Postgres, None) => {
+                ("lane.our_db".to_string(), self.label(texts, "lane.our_db"))
+            }
+            (Server::Postgres, Some(service)) => (
+                format!("lane.service_db.{service}"),
+                self.render(
+                    texts,
+                    &Msg::new("lane.service_db")
+                        .arg("service", Msg::new(format!("service.{service}"))),
+                ),
+            ),
+        };
+        let to = self.picture.participant(id, name);
+        if !self.store_lanes.contains(&to) {
+            self.store_lanes.push(to);
+        }
+        self.picture.marks.push(Mark::Call {
+            from,
+            to,
+            label: executed_label(executed),
+            timeout_ms: None,
+        });
+    }
+
+    /// A fault put on (or taken off) the hop in front of a service: `answers held 900 ms …`.
+    fn fault(&mut self, texts: &Texts, hop: &str, fault: &Fault) {
+        let mut label = Msg::new(format!("fault.{}", fault.word()));
+        if let Fault::Held { millis } = fault {
+            label = label.arg("ms", i64::try_from(*millis).unwrap_or(i64::MAX));
+        }
+        let label = self.render(texts, &label);
+        let hop = format!("service.{hop}");
+        let name = self.label(texts, &hop);
+        let at = self.picture.participants.iter().position(|p| *p == name);
+        self.picture.marks.push(Mark::Fault {
+            at,
+            hop,
+            fault: *fault,
+            label,
+        });
+    }
+
+    /// A checkpoint the scenario holds, marked in the lane of the service that reached it.
+    fn checkpoint(&mut self, texts: &Texts, point: &str) {
+        // Points are named `<service>.<where>`: the service is the lane.
+        let service = point.split('.').next().unwrap_or(point);
+        let at = self.participant(texts, &format!("service.{service}"));
+        let label = self.render(texts, &Msg::new("fault.checkpoint").arg("point", point));
+        self.picture.marks.push(Mark::Checkpoint { at, label });
     }
 }
 

@@ -64,49 +64,7 @@ fn without_run_id(text: &str) -> String {
 /// Renders the explanation of one recorded run in `lang`. `source` is the scenario's own
 /// module.
 pub fn render_explain(texts: &Arc<Texts>, lang: Lang, source: &str, events: &[Event]) -> String {
-    let mut scope = COMMON.to_string();
-    let mut places: Vec<Place> = Vec::new();
-    for event in events {
-        match event {
-            Event::Start { scenario } => scope = scenario.clone(),
-            Event::Executed(executed) => {
-                let index = places
-                    .iter()
-                    .position(|p| {
-                        p.server == executed.server
-                            && p.by == executed.by
-                            && p.code == executed.code
-                    })
-                    .unwrap_or_else(|| {
-                        places.push(Place {
-                            server: executed.server,
-                            by: executed.by.clone(),
-                            code: executed.code.clone(),
-                            lines: Vec::new(),
-                        });
-                        places.len() - 1
-                    });
-                let place = &mut places[index];
-                let shape = shape(executed);
-                let result = without_run_id(&executed.result);
-                match place.lines.iter_mut().find(|l| l.shape == shape) {
-                    Some(line) => {
-                        line.times += 1;
-                        if !line.results.contains(&result) {
-                            line.results.push(result);
-                        }
-                    }
-                    None => place.lines.push(Line {
-                        shape,
-                        example: without_run_id(&executed.text),
-                        results: vec![result],
-                        times: 1,
-                    }),
-                }
-            }
-            _ => {}
-        }
-    }
+    let (scope, places) = read_places(events);
     let t = |key: &str| texts.render(&scope, lang, &Msg::new(key));
     let mut out = format!(
         "━━ {} · {} ━━\n{}\n",
@@ -128,31 +86,88 @@ pub fn render_explain(texts: &Arc<Texts>, lang: Lang, source: &str, events: &[Ev
         }
         out.push_str(&format!("\n{}\n", t(heading)));
         for place in of_server {
-            let who = match &place.by {
-                Some(service) => t(&format!("service.{service}")),
-                None => t("explain_cmd.scenario"),
-            };
-            let code = match &place.code {
-                Some(code) => format!("{}  {}:{}", code.function, code.file, code.line),
-                None => t("explain_cmd.no_function"),
-            };
-            out.push_str(&format!("  {who} · {code}\n"));
-            for line in &place.lines {
-                let times = if line.times > 1 {
-                    format!("  (×{})", line.times)
-                } else {
-                    String::new()
-                };
-                out.push_str(&format!(
-                    "    {prompt} {}{end}  -- {}{times}\n",
-                    line.example,
-                    line.results.join(" | ")
-                ));
-            }
+            out.push_str(&render_place(place, prompt, end, &t));
         }
     }
     if places.is_empty() {
         out.push_str(&format!("\n{}\n", t("explain_cmd.nothing")));
+    }
+    out
+}
+
+/// Reads a recorded run: the scenario it ran (its catalogue names things) and the places its
+/// statements and commands were run from, in order of first appearance.
+fn read_places(events: &[Event]) -> (String, Vec<Place>) {
+    let mut scope = COMMON.to_string();
+    let mut places: Vec<Place> = Vec::new();
+    for event in events {
+        match event {
+            Event::Start { scenario } => scope = scenario.clone(),
+            Event::Executed(executed) => record(&mut places, executed),
+            _ => {}
+        }
+    }
+    (scope, places)
+}
+
+/// Counts one statement or command in the place it ran from: a new line for a shape not seen
+/// there yet, else one more time (and its result, if new) on the line it has.
+fn record(places: &mut Vec<Place>, executed: &Executed) {
+    let index = places
+        .iter()
+        .position(|p| p.server == executed.server && p.by == executed.by && p.code == executed.code)
+        .unwrap_or_else(|| {
+            places.push(Place {
+                server: executed.server,
+                by: executed.by.clone(),
+                code: executed.code.clone(),
+                lines: Vec::new(),
+            });
+            places.len() - 1
+        });
+    let place = &mut places[index];
+    let shape = shape(executed);
+    let result = without_run_id(&executed.result);
+    match place.lines.iter_mut().find(|l| l.shape == shape) {
+        Some(line) => {
+            line.times += 1;
+            if !line.results.contains(&result) {
+                line.results.push(result);
+            }
+        }
+        None => place.lines.push(Line {
+            shape,
+            example: without_run_id(&executed.text),
+            results: vec![result],
+            times: 1,
+        }),
+    }
+}
+
+/// One place: who ran it and the function (file and line), then each of its statements as the
+/// client's `prompt` shows it, with its results and how often it ran:
+/// `sql> UPDATE tasks SET … WHERE id = $1;  -- UPDATE 1  (×2)`.
+fn render_place(place: &Place, prompt: &str, end: &str, t: &dyn Fn(&str) -> String) -> String {
+    let who = match &place.by {
+        Some(service) => t(&format!("service.{service}")),
+        None => t("explain_cmd.scenario"),
+    };
+    let code = match &place.code {
+        Some(code) => format!("{}  {}:{}", code.function, code.file, code.line),
+        None => t("explain_cmd.no_function"),
+    };
+    let mut out = format!("  {who} · {code}\n");
+    for line in &place.lines {
+        let times = if line.times > 1 {
+            format!("  (×{})", line.times)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "    {prompt} {}{end}  -- {}{times}\n",
+            line.example,
+            line.results.join(" | ")
+        ));
     }
     out
 }

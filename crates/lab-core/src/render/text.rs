@@ -296,65 +296,21 @@ impl TextRenderer {
         if self.ends_blank { "" } else { "\n" }
     }
 
+    /// Renders one event, as [`render`](Self::render) shows it: one arm per event, each kind of
+    /// block in a helper of its own below.
     fn render_event(&mut self, event: &Event) -> String {
         match event {
-            Event::Start { scenario } => {
-                self.scope = scenario.clone();
-                self.prediction = None;
-                self.learner = None;
-                self.tables.clear();
-                let title = format!("━━ {scenario} · {} ━━", self.key("title"));
-                format!(
-                    "\n{}\n\n{}\n",
-                    self.paint(&title, Style::Title),
-                    Self::wrap(&reflow(&self.key("story")), "", "")
-                )
-            }
-            Event::Side { text } => {
-                // A side starts a story of its own (often on emptied tables): nothing to compare.
-                self.tables.clear();
-                let line = format!("── {} ──", self.t(text));
-                format!("{}{}\n\n", self.gap(), self.paint(&line, Style::Bold))
-            }
-            Event::Step { number, text } => {
-                let text = Self::wrap(&reflow(&self.t(text)), &format!("{number:>2}. "), "    ");
-                // The step's first line stands out; its continuation does not.
-                let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
-                format!("{}\n{rest}", self.paint(first, Style::Bold))
-            }
+            Event::Start { scenario } => self.start(scenario),
+            Event::Side { text } => self.side(text),
+            Event::Step { number, text } => self.step(*number, text),
             Event::Request { text, .. } => format!("    → {}\n", self.t(text)),
             Event::Response {
                 outcome,
                 status,
                 body,
                 detail,
-            } => {
-                let style = match outcome {
-                    Outcome::Ok => Style::Ok,
-                    Outcome::Fail => Style::Fail,
-                    Outcome::Unknown => Style::Unknown,
-                };
-                let mut parts =
-                    vec![self.paint(&self.key(&format!("outcome.{}", outcome.word())), style)];
-                if let Some(status) = status {
-                    parts.push(status.to_string());
-                }
-                if let Some(body) = body {
-                    parts.push(body.clone());
-                }
-                if let Some(detail) = detail {
-                    parts.push(self.t(detail));
-                }
-                format!("      {}\n", parts.join(" · "))
-            }
-            Event::Service { service, text } => {
-                let line = format!(
-                    "⚙ {}: {}",
-                    self.key(&format!("service.{service}")),
-                    self.t(text)
-                );
-                format!("      {}\n", self.paint(&line, Style::Dim))
-            }
+            } => self.response(*outcome, *status, body.as_deref(), detail.as_ref()),
+            Event::Service { service, text } => self.service(service, text),
             // Held back by `render` and shown with the next event.
             Event::Executed(_) => String::new(),
             Event::State { table } => {
@@ -362,34 +318,7 @@ impl TextRenderer {
                 self.table(table, previous.as_ref())
             }
             Event::Note { text } => Self::wrap(&reflow(&self.t(text)), "    ", "    "),
-            Event::Predict { prefix } => {
-                self.prediction = Some(prefix.clone());
-                self.learner = None;
-                let label = format!("? {}: ", self.key("label.predict"));
-                let question = Self::wrap(
-                    &self.key(&format!("{prefix}.question")),
-                    &format!(" {label}"),
-                    "   ",
-                );
-                let question = question.replacen(
-                    &label,
-                    &format!("{} ", self.paint(label.trim_end(), Style::Question)),
-                    1,
-                );
-                let mut out = format!("{}{question}", self.gap());
-                let options = self
-                    .texts
-                    .list(&self.scope, self.lang, &format!("{prefix}.options"));
-                for (letter, option) in ('a'..='z').zip(options) {
-                    out.push_str(&Self::wrap(
-                        &option,
-                        &format!("     {letter}) "),
-                        "        ",
-                    ));
-                }
-                out.push('\n');
-                out
-            }
+            Event::Predict { prefix } => self.predict(prefix),
             Event::LearnerAnswer { answer } => {
                 self.learner = Some(answer.clone());
                 format!("    {}: {answer}\n", self.key("label.your_answer"))
@@ -399,54 +328,8 @@ impl TextRenderer {
             Event::Fact { .. } => String::new(),
             // Drawn, not told: the step that breaks a hop or holds a request says so in words.
             Event::Fault { .. } | Event::Checkpoint { .. } => String::new(),
-            Event::Explain => {
-                let mut out = format!(
-                    "{}{}\n{}",
-                    self.gap(),
-                    self.paint(&self.key("label.explain"), Style::Title),
-                    Self::wrap(&reflow(&self.key("explain")), "  ", "  ")
-                );
-                // A lesson's production checklist, where the scenario has one.
-                let checklist = self.texts.list(&self.scope, self.lang, "checklist");
-                if !checklist.is_empty() {
-                    out.push('\n');
-                    out.push_str(&format!(
-                        "{}\n",
-                        self.paint(&self.key("label.checklist"), Style::Title)
-                    ));
-                    for item in checklist {
-                        out.push_str(&Self::wrap(&item, "  • ", "    "));
-                    }
-                }
-                out
-            }
-            Event::Quiz => {
-                let mut out = format!(
-                    "{}{}\n",
-                    self.gap(),
-                    self.paint(&self.key("label.quiz"), Style::Title)
-                );
-                let models = self.texts.list(&self.scope, self.lang, "quiz_answers");
-                for (i, q) in self
-                    .texts
-                    .list(&self.scope, self.lang, "quiz")
-                    .iter()
-                    .enumerate()
-                {
-                    out.push_str(&Self::wrap(q, &format!("  {}. ", i + 1), "     "));
-                    if self.answers
-                        && let Some(model) = models.get(i)
-                    {
-                        let label = format!("{}: ", self.key("label.model_answer"));
-                        out.push_str(&Self::wrap(
-                            model,
-                            &format!("     {}", self.paint(&label, Style::Answer)),
-                            "     ",
-                        ));
-                    }
-                }
-                out
-            }
+            Event::Explain => self.explanation(),
+            Event::Quiz => self.quiz(),
             Event::Summary {
                 facts,
                 expected,
@@ -457,9 +340,158 @@ impl TextRenderer {
         }
     }
 
-    /// The answer to the prediction: the right option (from the scenario's answer key), the
-    /// explanation built from measured values, and, when the learner answered, whether they were
-    /// right.
+    /// The start of a scenario: its title and its story. Forgets what the previous scenario
+    /// asked and showed.
+    fn start(&mut self, scenario: &str) -> String {
+        self.scope = scenario.to_string();
+        self.prediction = None;
+        self.learner = None;
+        self.tables.clear();
+        let title = format!("━━ {scenario} · {} ━━", self.key("title"));
+        format!(
+            "\n{}\n\n{}\n",
+            self.paint(&title, Style::Title),
+            Self::wrap(&reflow(&self.key("story")), "", "")
+        )
+    }
+
+    /// The heading of one side of a two-sided scenario: `── the fixed design ──`.
+    fn side(&mut self, text: &Msg) -> String {
+        // A side starts a story of its own (often on emptied tables): nothing to compare.
+        self.tables.clear();
+        let line = format!("── {} ──", self.t(text));
+        format!("{}{}\n\n", self.gap(), self.paint(&line, Style::Bold))
+    }
+
+    /// A numbered step of the story: ` 7. …`, wrapped under its number.
+    fn step(&self, number: u32, text: &Msg) -> String {
+        let text = Self::wrap(&reflow(&self.t(text)), &format!("{number:>2}. "), "    ");
+        // The step's first line stands out; its continuation does not.
+        let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+        format!("{}\n{rest}", self.paint(first, Style::Bold))
+    }
+
+    /// What the caller saw: `ok · 201 · {"report_id":2}`, the outcome in its colour, then the
+    /// status, the body and why, whichever there are.
+    fn response(
+        &self,
+        outcome: Outcome,
+        status: Option<u16>,
+        body: Option<&str>,
+        detail: Option<&Msg>,
+    ) -> String {
+        let style = match outcome {
+            Outcome::Ok => Style::Ok,
+            Outcome::Fail => Style::Fail,
+            Outcome::Unknown => Style::Unknown,
+        };
+        let mut parts = vec![self.paint(&self.key(&format!("outcome.{}", outcome.word())), style)];
+        if let Some(status) = status {
+            parts.push(status.to_string());
+        }
+        if let Some(body) = body {
+            parts.push(body.to_string());
+        }
+        if let Some(detail) = detail {
+            parts.push(self.t(detail));
+        }
+        format!("      {}\n", parts.join(" · "))
+    }
+
+    /// Something a bundled service did, dimmed under the call it handles: `⚙ report service: …`.
+    fn service(&self, service: &str, text: &Msg) -> String {
+        let line = format!(
+            "⚙ {}: {}",
+            self.key(&format!("service.{service}")),
+            self.t(text)
+        );
+        format!("      {}\n", self.paint(&line, Style::Dim))
+    }
+
+    /// The prediction asked before the decisive step: `? Predict: …` and its lettered options.
+    /// Remembers the question, for grading at the reveal.
+    fn predict(&mut self, prefix: &str) -> String {
+        self.prediction = Some(prefix.to_string());
+        self.learner = None;
+        let label = format!("? {}: ", self.key("label.predict"));
+        let question = Self::wrap(
+            &self.key(&format!("{prefix}.question")),
+            &format!(" {label}"),
+            "   ",
+        );
+        let question = question.replacen(
+            &label,
+            &format!("{} ", self.paint(label.trim_end(), Style::Question)),
+            1,
+        );
+        let mut out = format!("{}{question}", self.gap());
+        let options = self
+            .texts
+            .list(&self.scope, self.lang, &format!("{prefix}.options"));
+        for (letter, option) in ('a'..='z').zip(options) {
+            out.push_str(&Self::wrap(
+                &option,
+                &format!("     {letter}) "),
+                "        ",
+            ));
+        }
+        out.push('\n');
+        out
+    }
+
+    /// Why it happened: the scenario's `explain` text, then the lesson's production checklist.
+    fn explanation(&self) -> String {
+        let mut out = format!(
+            "{}{}\n{}",
+            self.gap(),
+            self.paint(&self.key("label.explain"), Style::Title),
+            Self::wrap(&reflow(&self.key("explain")), "  ", "  ")
+        );
+        // A lesson's production checklist, where the scenario has one.
+        let checklist = self.texts.list(&self.scope, self.lang, "checklist");
+        if !checklist.is_empty() {
+            out.push('\n');
+            out.push_str(&format!(
+                "{}\n",
+                self.paint(&self.key("label.checklist"), Style::Title)
+            ));
+            for item in checklist {
+                out.push_str(&Self::wrap(&item, "  • ", "    "));
+            }
+        }
+        out
+    }
+
+    /// "Check your understanding": the numbered questions, each with its model answer under it
+    /// when `--answers` asks for them.
+    fn quiz(&self) -> String {
+        let mut out = format!(
+            "{}{}\n",
+            self.gap(),
+            self.paint(&self.key("label.quiz"), Style::Title)
+        );
+        let models = self.texts.list(&self.scope, self.lang, "quiz_answers");
+        for (i, q) in self
+            .texts
+            .list(&self.scope, self.lang, "quiz")
+            .iter()
+            .enumerate()
+        {
+            out.push_str(&Self::wrap(q, &format!("  {}. ", i + 1), "     "));
+            if self.answers
+                && let Some(model) = models.get(i)
+            {
+                let label = format!("{}: ", self.key("label.model_answer"));
+                out.push_str(&Self::wrap(
+                    model,
+                    &format!("     {}", self.paint(&label, Style::Answer)),
+                    "     ",
+                ));
+            }
+        }
+        out
+    }
+
     /// One statement or command, as its client's prompt would show it, with the server's
     /// answer as a comment: `sql> UPDATE tasks SET … WHERE id = $1;  -- UPDATE 1 · worker`.
     fn executed(&self, executed: &Executed) -> String {
@@ -483,6 +515,9 @@ impl TextRenderer {
         format!("      {}\n", self.paint(&line, Style::Dim))
     }
 
+    /// The answer to the prediction: the right option (from the scenario's answer key), the
+    /// explanation built from measured values, and, when the learner answered, whether they were
+    /// right.
     fn reveal(&mut self, answer: &Msg) -> String {
         let label = format!("! {}: ", self.key("label.answer"));
         let prefix = self.prediction.clone().unwrap_or_else(|| "predict".into());

@@ -111,23 +111,7 @@ impl WebRenderer {
 
     /// The lanes and marks an event adds, with their texts in both languages.
     fn draw(&mut self, event: &Event) -> (Vec<Value>, Vec<Value>) {
-        let mut added: Vec<Added> = Vec::new();
-        for (lang, reader) in &mut self.readers {
-            let lanes_before = reader.picture().participants.len();
-            let count = reader.read(&self.texts, event);
-            let picture = reader.picture();
-            let lanes = picture.ids[lanes_before..]
-                .iter()
-                .cloned()
-                .zip(picture.participants[lanes_before..].iter().cloned())
-                .collect();
-            let marks = picture.marks[picture.marks.len() - count..].to_vec();
-            added.push(Added {
-                lang: *lang,
-                lanes,
-                marks,
-            });
-        }
+        let added = self.read(event);
         let Some(Added {
             lanes: first_lanes,
             marks: first_marks,
@@ -156,67 +140,101 @@ impl WebRenderer {
             .iter()
             .enumerate()
             .map(|(i, mark)| {
-                let text_of = |lang_marks: &[Mark]| -> String {
-                    match lang_marks.get(i) {
-                        Some(
-                            Mark::Call { label, .. }
-                            | Mark::Answer { label, .. }
-                            | Mark::Fault { label, .. }
-                            | Mark::Checkpoint { label, .. },
-                        ) => label.clone(),
-                        Some(Mark::Note { text, .. } | Mark::Step { text }) => text.clone(),
-                        None => String::new(),
-                    }
-                };
-                let text = Self::both(added.iter().map(|a| (a.lang, json!(text_of(&a.marks)))));
-                let id = first_id + i;
-                match mark {
-                    Mark::Step { .. } => json!({"mark": "step", "id": id, "text": text}),
-                    Mark::Call {
-                        from,
-                        to,
-                        timeout_ms,
-                        ..
-                    } => json!({
-                        "mark": "call", "id": id, "from": from, "to": to,
-                        "timeout_ms": timeout_ms, "label": text,
-                    }),
-                    Mark::Answer {
-                        from,
-                        to,
-                        outcome,
-                        call,
-                        ..
-                    } => json!({
-                        "mark": "answer", "id": id, "from": from, "to": to,
-                        "outcome": outcome, "call": call, "label": text,
-                    }),
-                    Mark::Note { at, .. } => {
-                        json!({"mark": "note", "id": id, "at": at, "text": text})
-                    }
-                    Mark::Fault { at, hop, fault, .. } => {
-                        let millis = match fault {
-                            Fault::Held { millis } => Some(*millis),
-                            _ => None,
-                        };
-                        // The hop's name too: the fault may come before its lane does.
-                        let hop_name = Self::both(Lang::ALL.iter().map(|&lang| {
-                            let name = self.texts.render(COMMON, lang, &Msg::new(hop.as_str()));
-                            (lang, json!(name))
-                        }));
-                        json!({
-                            "mark": "fault", "id": id, "at": at, "hop": hop,
-                            "hop_name": hop_name, "fault": fault.word(), "millis": millis,
-                            "label": text,
-                        })
-                    }
-                    Mark::Checkpoint { at, .. } => {
-                        json!({"mark": "checkpoint", "id": id, "at": at, "label": text})
-                    }
-                }
+                let text = Self::both(
+                    added
+                        .iter()
+                        .map(|a| (a.lang, json!(mark_text(a.marks.get(i))))),
+                );
+                self.mark(mark, first_id + i, text)
             })
             .collect();
         (lanes, draw)
+    }
+
+    /// Reads the event with each language's reader: what each added, in [`Lang::ALL`] order.
+    fn read(&mut self, event: &Event) -> Vec<Added> {
+        let mut added: Vec<Added> = Vec::new();
+        for (lang, reader) in &mut self.readers {
+            let lanes_before = reader.picture().participants.len();
+            let count = reader.read(&self.texts, event);
+            let picture = reader.picture();
+            let lanes = picture.ids[lanes_before..]
+                .iter()
+                .cloned()
+                .zip(picture.participants[lanes_before..].iter().cloned())
+                .collect();
+            let marks = picture.marks[picture.marks.len() - count..].to_vec();
+            added.push(Added {
+                lang: *lang,
+                lanes,
+                marks,
+            });
+        }
+        added
+    }
+
+    /// One mark as the page draws it: its kind, its index `id`, the lanes it joins, and `text`
+    /// (its label or text in both languages).
+    fn mark(&self, mark: &Mark, id: usize, text: Value) -> Value {
+        match mark {
+            Mark::Step { .. } => json!({"mark": "step", "id": id, "text": text}),
+            Mark::Call {
+                from,
+                to,
+                timeout_ms,
+                ..
+            } => json!({
+                "mark": "call", "id": id, "from": from, "to": to,
+                "timeout_ms": timeout_ms, "label": text,
+            }),
+            Mark::Answer {
+                from,
+                to,
+                outcome,
+                call,
+                ..
+            } => json!({
+                "mark": "answer", "id": id, "from": from, "to": to,
+                "outcome": outcome, "call": call, "label": text,
+            }),
+            Mark::Note { at, .. } => {
+                json!({"mark": "note", "id": id, "at": at, "text": text})
+            }
+            Mark::Fault { at, hop, fault, .. } => {
+                let millis = match fault {
+                    Fault::Held { millis } => Some(*millis),
+                    _ => None,
+                };
+                // The hop's name too: the fault may come before its lane does.
+                let hop_name = Self::both(Lang::ALL.iter().map(|&lang| {
+                    let name = self.texts.render(COMMON, lang, &Msg::new(hop.as_str()));
+                    (lang, json!(name))
+                }));
+                json!({
+                    "mark": "fault", "id": id, "at": at, "hop": hop,
+                    "hop_name": hop_name, "fault": fault.word(), "millis": millis,
+                    "label": text,
+                })
+            }
+            Mark::Checkpoint { at, .. } => {
+                json!({"mark": "checkpoint", "id": id, "at": at, "label": text})
+            }
+        }
+    }
+}
+
+/// The words of one language's mark: its label, or its text for a note or a step (empty when
+/// that language has no such mark).
+fn mark_text(mark: Option<&Mark>) -> String {
+    match mark {
+        Some(
+            Mark::Call { label, .. }
+            | Mark::Answer { label, .. }
+            | Mark::Fault { label, .. }
+            | Mark::Checkpoint { label, .. },
+        ) => label.clone(),
+        Some(Mark::Note { text, .. } | Mark::Step { text }) => text.clone(),
+        None => String::new(),
     }
 }
 

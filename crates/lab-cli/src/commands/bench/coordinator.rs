@@ -537,20 +537,27 @@ enum Expect {
     Replayed,
 }
 
-/// A record as idem writes it (idempotency-kit's shape, compact JSON), for the raw client's
-/// payloads: the same size on the wire as idem's.
+/// A record as idem writes it (idempotency-kit's shape, compact JSON, fields in its order), for
+/// the raw client's payloads: the same size on the wire as idem's.
 fn record_json(operation: &str, key: &str, status: &str, owner: Option<&str>) -> String {
     let result = if status == "pending" {
-        "null"
+        serde_json::Value::Null
     } else {
-        "{\"n\":1}"
+        json!({"n": 1})
     };
-    let owner = owner.map_or(String::new(), |o| format!(",\"owner\":\"{o}\""));
-    format!(
-        "{{\"operation\":\"{operation}\",\"idempotency_key\":\"{key}\",\"result\":{result},\
-         \"created_at\":\"2026-11-30T12:00:00.000000Z\",\"expires_at\":\"2026-11-30T13:00:00.000000Z\",\
-         \"status\":\"{status}\",\"fingerprint\":null{owner}}}"
-    )
+    let mut record = json!({
+        "operation": operation,
+        "idempotency_key": key,
+        "result": result,
+        "created_at": "2026-11-30T12:00:00.000000Z",
+        "expires_at": "2026-11-30T13:00:00.000000Z",
+        "status": status,
+        "fingerprint": null,
+    });
+    if let Some(owner) = owner {
+        record["owner"] = json!(owner);
+    }
+    record.to_string()
 }
 
 /// A batch of the bare client's round trips, mirroring idem's (see the module's table).
