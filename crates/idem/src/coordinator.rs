@@ -168,7 +168,7 @@ where
     pub fn new(conn: C, policy: Policy) -> Coordinator<C> {
         policy.assert_usable();
         Coordinator {
-            store: Store::new(conn, policy.command_timeout),
+            store: Store::new(conn, policy.command_timeout, policy.resend_on_dropped),
             policy,
             prefix: DEFAULT_PREFIX.to_owned(),
             observer: None,
@@ -369,24 +369,36 @@ where
                 self.policy.lease,
                 owner.as_deref(),
             );
-            let attempt = match self.policy.ownership {
-                Ownership::Unchecked => {
-                    self.store
-                        .reserve(&call.record_key, &pending.to_json(), self.policy.lease)
-                        .await
-                }
-                Ownership::Fenced => {
+            let attempt = match (self.policy.ownership, &owner) {
+                (Ownership::Fenced, Some(owner)) => {
                     self.store
                         .reserve_fenced(
                             &call.record_key,
                             &call.fence_key,
                             &pending.to_json(),
+                            owner,
                             self.policy.lease,
                             self.policy.lease + self.policy.fence_retention,
                         )
                         .await
                 }
+                _ => {
+                    self.store
+                        .reserve(&call.record_key, &pending.to_json(), self.policy.lease)
+                        .await
+                }
             };
+            let attempt = attempt.map(|sent| {
+                if sent.again {
+                    self.emit(
+                        call,
+                        EventKind::Resent {
+                            stage: Stage::Reserve,
+                        },
+                    );
+                }
+                sent.reply
+            });
             let stored = match attempt {
                 Ok(Reservation::Reserved { fence }) => {
                     self.emit(call, EventKind::Reserved { fence });
@@ -545,8 +557,22 @@ where
                 .store
                 .overwrite(Stage::Complete, &call.record_key, &record.to_json(), ttl)
                 .await
-                .map(|()| true),
+                .map(|sent| crate::store::Sent {
+                    reply: true,
+                    again: sent.again,
+                }),
         };
+        let stored = stored.map(|sent| {
+            if sent.again {
+                self.emit(
+                    call,
+                    EventKind::Resent {
+                        stage: Stage::Complete,
+                    },
+                );
+            }
+            sent.reply
+        });
         match stored {
             Ok(true) => {
                 self.emit(call, EventKind::Completed { fence: claim.fence });
@@ -604,7 +630,7 @@ where
             .overwrite(Stage::Complete, &call.record_key, &record.to_json(), ttl)
             .await
         {
-            Ok(()) => self.emit(call, EventKind::Completed { fence: None }),
+            Ok(_) => self.emit(call, EventKind::Completed { fence: None }),
             Err(error) => self.emit(call, EventKind::StorageError { error: &error }),
         }
     }

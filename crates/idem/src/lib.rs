@@ -52,10 +52,14 @@
 //! | invalid key | run unprotected, store nothing | [`Error::Invalid`], no action |
 //! | Redis timeouts | bounded by [`Policy::command_timeout`] (250 ms) | same |
 //! | padded keys (`" k1 "`) | trimmed on every path | same |
+//! | a connection dropped since the last command | sent once more on a fresh one ([`Policy::resend_on_dropped`]) | same |
 //!
-//! The last two rows are deliberate departures from 0.4.1 even in the compatible policy: 0.4.1
-//! pays 6–9.5 s per call for a dead Redis (its client's retries), and it trims keys on write but
-//! not on read, so a padded key spins for a whole lease (see [`key`]).
+//! The last three rows are deliberate departures from 0.4.1 even in the compatible policy: 0.4.1
+//! pays seconds per call for a dead Redis (its client's retries), it trims keys on write but
+//! not on read, so a padded key spins for a whole lease (see [`key`]), and the first call after
+//! a Redis restart or a network blip fails on the stale connection: open (an unprotected
+//! action, whose retry runs it again) under the compatible policy, closed (a refusal although
+//! Redis is back) under the hardened one.
 //!
 //! # Round trips
 //!
@@ -72,6 +76,7 @@
 //! | action fails | `SET NX GET`; action; `DEL` (**2**) | `reserve.lua`; action; `release.lua` (**2**) |
 //! | result not storable (TTL) | `SET NX GET`; action; `DEL` (**2**) | `reserve.lua`; action; `release.lua` (**2**) |
 //! | storage down | 1 failed command (≤ command timeout), then the action unprotected, nothing written | 1 failed command, [`Error::Storage`] |
+//! | a command on a dropped connection | that command once more, on the fresh connection, inside the same timeout (+**1**); a reserve that landed the first time is recognised as ours (its own pending record, byte for byte) | the same; ours by its owner token, with its fence (see `store.rs`) |
 //! | invalid key | 0, action unprotected | 0, [`Error::Invalid`] |
 //!
 //! [`InFlight::Run`] (no reservation, either policy): replay `GET` (**1**); new key `GET`; action;

@@ -72,6 +72,9 @@ pub enum EventKind<'a> {
     /// [`InFlight::Run`](crate::InFlight::Run): our action ran, but another caller stored its
     /// result first; that result is returned instead of ours.
     Superseded,
+    /// The command of `stage` was sent again, once, because its connection had been dropped
+    /// (see `store.rs`); what follows is the second sending's outcome.
+    Resent { stage: Stage },
     /// A Redis command failed; `error.stage` says where.
     StorageError { error: &'a StorageError },
     /// The action is about to run (or ran) without protection against a rerun, for this reason.

@@ -155,6 +155,13 @@ pub struct Policy {
     /// Fencing tokens are monotonic per key only while the counter exists; this must cover how
     /// long a stalled holder might still act with an old token after the record is gone.
     pub fence_retention: Duration,
+    /// A command whose connection turned out to be dropped (a Redis restart, a failover, a
+    /// network blip since the last command) is sent once more, on the fresh connection the
+    /// client opens, within the same `command_timeout`. Without it, the first call after any
+    /// blip fails: open under the compatible policy (an unprotected action), closed under the
+    /// hardened one (a 503 although Redis is back). A reserve sent again may have landed the
+    /// first time: the coordinator tells its own reservation apart (see `store.rs`).
+    pub resend_on_dropped: bool,
 }
 
 /// idempotency-kit's default lease (`DEFAULT_IN_FLIGHT_LEASE_SECONDS`).
@@ -181,6 +188,7 @@ impl Policy {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             poll_interval: DEFAULT_POLL_INTERVAL,
             fence_retention: DEFAULT_FENCE_RETENTION,
+            resend_on_dropped: true,
         }
     }
 
@@ -198,6 +206,7 @@ impl Policy {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             poll_interval: DEFAULT_POLL_INTERVAL,
             fence_retention: DEFAULT_FENCE_RETENTION,
+            resend_on_dropped: true,
         }
     }
 
@@ -250,6 +259,13 @@ impl Policy {
     /// Sets [`Policy::command_timeout`].
     pub fn command_timeout(mut self, timeout: Duration) -> Policy {
         self.command_timeout = timeout;
+        self
+    }
+
+    /// Sets [`Policy::resend_on_dropped`] (`false`: the first command after a blip fails, as
+    /// with a client that does not reconnect and retry).
+    pub fn resend_on_dropped(mut self, resend: bool) -> Policy {
+        self.resend_on_dropped = resend;
         self
     }
 

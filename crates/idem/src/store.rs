@@ -18,15 +18,35 @@
 //! `SET … NX GET` needs Redis 7.0 or newer (6.2 refuses NX together with GET); Valkey has it too.
 //! Scripts go out as `EVALSHA`; the first call on a server that does not know a script gets
 //! `NOSCRIPT`, and `redis::Script` then loads it and retries, inside the same timeout.
+//!
+//! # A dropped connection
+//!
+//! A connection can die between two commands (Redis restarted, a failover, a network blip): the
+//! next command on it fails, and the client (redis's `ConnectionManager`) opens a fresh one. With
+//! [`Policy::resend_on_dropped`](crate::Policy::resend_on_dropped) that failed command is sent
+//! once more, on the fresh connection, inside the same timeout. Whether the first one reached
+//! Redis cannot be told from the error, so each command is sent again only as it is safe:
+//!
+//! | command | sent again | if the first did reach Redis |
+//! |---|---|---|
+//! | `GET`, `SET … XX`, `SET … PX` (complete), `DEL`, `renew.lua`, `release.lua` | yes | the second does the same again |
+//! | `complete.lua` | yes | it finds its own completed record, and says stored |
+//! | `SET … NX GET` (reserve) | yes | it returns our own pending record, byte for byte: ours |
+//! | `reserve.lua` | yes | it returns a pending record with our owner token: ours, with its fence |
+//! | `SET … NX GET` (run mode's store) | yes | it returns our own record: stored |
+//!
+//! So a reservation that landed the first time is never taken for another caller's (which would
+//! answer "in progress" for a call that holds the key itself) nor for an absent key.
 
 use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{RedisResult, Script, Value};
+use redis::{RedisError, RedisResult, Script, Value};
 
 use crate::error::{Stage, StorageCause, StorageError};
+use crate::record::Record;
 
 static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(crate::lua::RESERVE));
 static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(crate::lua::COMPLETE));
@@ -41,30 +61,64 @@ pub(crate) enum Reservation {
     Taken(Vec<u8>),
 }
 
-/// A connection and the timeout every command gets.
+/// A connection, the timeout every command gets, and whether a command whose connection was
+/// dropped is sent again.
 #[derive(Clone)]
 pub(crate) struct Store<C> {
     conn: C,
     timeout: Duration,
+    resend: bool,
+}
+
+/// A reply, and whether it is the second sending's (the first lost its connection).
+pub(crate) struct Sent<T> {
+    pub(crate) reply: T,
+    pub(crate) again: bool,
+}
+
+/// Whether a command failed because its connection is gone (or could not be made), so that a
+/// fresh connection might do.
+fn connection_lost(error: &RedisError) -> bool {
+    error.is_connection_dropped() || error.is_connection_refusal() || error.is_unrecoverable_error()
 }
 
 impl<C> Store<C>
 where
     C: ConnectionLike + Clone + Send + Sync,
 {
-    pub(crate) fn new(conn: C, timeout: Duration) -> Store<C> {
-        Store { conn, timeout }
+    pub(crate) fn new(conn: C, timeout: Duration, resend: bool) -> Store<C> {
+        Store {
+            conn,
+            timeout,
+            resend,
+        }
     }
 
-    /// Runs one command with the timeout. The connection types are cheap handles to one shared
-    /// connection, so each command clones one instead of locking a shared `&mut`.
-    async fn bounded<T>(
+    /// Runs one command with the timeout, sending it once more if its connection turned out to
+    /// be dropped (both sendings inside the one timeout). The connection types are cheap handles
+    /// to one shared connection, so each sending clones one instead of locking a shared `&mut`.
+    async fn bounded<T, Fut>(
         &self,
         stage: Stage,
-        command: impl Future<Output = RedisResult<T>>,
-    ) -> Result<T, StorageError> {
-        match tokio::time::timeout(self.timeout, command).await {
-            Ok(Ok(reply)) => Ok(reply),
+        command: impl Fn(C) -> Fut,
+    ) -> Result<Sent<T>, StorageError>
+    where
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let sendings = async {
+            match command(self.conn.clone()).await {
+                Err(error) if self.resend && connection_lost(&error) => {
+                    let reply = command(self.conn.clone()).await?;
+                    Ok(Sent { reply, again: true })
+                }
+                result => result.map(|reply| Sent {
+                    reply,
+                    again: false,
+                }),
+            }
+        };
+        match tokio::time::timeout(self.timeout, sendings).await {
+            Ok(Ok(sent)) => Ok(sent),
             Ok(Err(error)) => Err(StorageError::new(stage, StorageCause::Redis(error))),
             Err(_elapsed) => Err(StorageError::new(
                 stage,
@@ -74,17 +128,18 @@ where
     }
 
     /// `SET key pending NX GET PX lease`: writes our reservation if the key is free, and in the
-    /// same round trip returns what holds the key if it is not (nil means it was free).
+    /// same round trip returns what holds the key if it is not (nil means it was free). Sent
+    /// again after a dropped connection, a reply that is our own pending record means the first
+    /// sending landed: the key is ours.
     #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn reserve(
         &self,
         key: &str,
         pending: &str,
         lease: Duration,
-    ) -> Result<Reservation, StorageError> {
-        let mut conn = self.conn.clone();
-        let previous: Option<Vec<u8>> = self
-            .bounded(Stage::Reserve, async move {
+    ) -> Result<Sent<Reservation>, StorageError> {
+        let sent = self
+            .bounded(Stage::Reserve, |mut conn| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(pending)
@@ -92,46 +147,62 @@ where
                     .arg("GET")
                     .arg("PX")
                     .arg(millis(lease))
-                    .query_async(&mut conn)
+                    .query_async::<Option<Vec<u8>>>(&mut conn)
                     .await
             })
             .await?;
-        Ok(match previous {
+        let reply = match sent.reply {
             None => Reservation::Reserved { fence: None },
+            Some(stored) if sent.again && stored == pending.as_bytes() => {
+                Reservation::Reserved { fence: None }
+            }
             Some(stored) => Reservation::Taken(stored),
+        };
+        Ok(Sent {
+            reply,
+            again: sent.again,
         })
     }
 
-    /// `reserve.lua`: reserve-or-read, drawing a fencing token for a new reservation.
+    /// `reserve.lua`: reserve-or-read, drawing a fencing token for a new reservation. Sent again
+    /// after a dropped connection, a pending record with our `owner` token means the first
+    /// sending landed: the key is ours, with the fence that record carries.
     #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn reserve_fenced(
         &self,
         key: &str,
         counter: &str,
         pending: &str,
+        owner: &str,
         lease: Duration,
         counter_lifetime: Duration,
-    ) -> Result<Reservation, StorageError> {
-        let mut conn = self.conn.clone();
-        let reply: Value = self
-            .bounded(Stage::Reserve, async move {
+    ) -> Result<Sent<Reservation>, StorageError> {
+        let sent = self
+            .bounded(Stage::Reserve, |mut conn| async move {
                 RESERVE
                     .key(key)
                     .key(counter)
                     .arg(pending)
                     .arg(millis(lease))
                     .arg(millis(counter_lifetime))
-                    .invoke_async(&mut conn)
+                    .invoke_async::<Value>(&mut conn)
                     .await
             })
             .await?;
-        match reply {
-            Value::Int(fence) => Ok(Reservation::Reserved {
+        let reply = match sent.reply {
+            Value::Int(fence) => Reservation::Reserved {
                 fence: Some(fence.try_into().unwrap_or(0)),
-            }),
-            Value::BulkString(stored) => Ok(Reservation::Taken(stored)),
-            other => Err(unexpected(Stage::Reserve, &other)),
-        }
+            },
+            Value::BulkString(stored) => match ours(&stored, owner) {
+                Some(fence) if sent.again => Reservation::Reserved { fence },
+                _ => Reservation::Taken(stored),
+            },
+            other => return Err(unexpected(Stage::Reserve, &other)),
+        };
+        Ok(Sent {
+            reply,
+            again: sent.again,
+        })
     }
 
     /// `GET key`.
@@ -141,15 +212,16 @@ where
         stage: Stage,
         key: &str,
     ) -> Result<Option<Vec<u8>>, StorageError> {
-        let mut conn = self.conn.clone();
-        self.bounded(stage, async move {
+        self.bounded(stage, |mut conn| async move {
             redis::cmd("GET").arg(key).query_async(&mut conn).await
         })
         .await
+        .map(|sent| sent.reply)
     }
 
     /// `SET key record NX GET PX ttl`: stores the record if the key is free; otherwise returns
-    /// what holds it (the winner of a race), in the same round trip.
+    /// what holds it (the winner of a race), in the same round trip. Sent again, our own record
+    /// in the reply means it was stored the first time.
     #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn store_if_absent(
         &self,
@@ -157,19 +229,22 @@ where
         record: &str,
         ttl: Duration,
     ) -> Result<Option<Vec<u8>>, StorageError> {
-        let mut conn = self.conn.clone();
-        self.bounded(Stage::Complete, async move {
-            redis::cmd("SET")
-                .arg(key)
-                .arg(record)
-                .arg("NX")
-                .arg("GET")
-                .arg("PX")
-                .arg(millis(ttl))
-                .query_async(&mut conn)
-                .await
-        })
-        .await
+        let sent = self
+            .bounded(Stage::Complete, |mut conn| async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(record)
+                    .arg("NX")
+                    .arg("GET")
+                    .arg("PX")
+                    .arg(millis(ttl))
+                    .query_async::<Option<Vec<u8>>>(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(sent
+            .reply
+            .filter(|stored| !(sent.again && stored == record.as_bytes())))
     }
 
     /// `SET key record PX ttl`, whatever the key holds: idempotency-kit's `replace`.
@@ -180,9 +255,8 @@ where
         key: &str,
         record: &str,
         ttl: Duration,
-    ) -> Result<(), StorageError> {
-        let mut conn = self.conn.clone();
-        self.bounded(stage, async move {
+    ) -> Result<Sent<()>, StorageError> {
+        self.bounded(stage, |mut conn| async move {
             redis::cmd("SET")
                 .arg(key)
                 .arg(record)
@@ -204,20 +278,19 @@ where
         pending: &str,
         lease: Duration,
     ) -> Result<bool, StorageError> {
-        let mut conn = self.conn.clone();
-        let reply: Option<String> = self
-            .bounded(Stage::Renew, async move {
+        let sent = self
+            .bounded(Stage::Renew, |mut conn| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(pending)
                     .arg("XX")
                     .arg("PX")
                     .arg(millis(lease))
-                    .query_async(&mut conn)
+                    .query_async::<Option<String>>(&mut conn)
                     .await
             })
             .await?;
-        Ok(reply.is_some())
+        Ok(sent.reply.is_some())
     }
 
     /// `renew.lua`: extends the reservation if it is still ours.
@@ -231,9 +304,8 @@ where
         lease: Duration,
         counter_lifetime: Duration,
     ) -> Result<bool, StorageError> {
-        let mut conn = self.conn.clone();
-        let renewed: i64 = self
-            .bounded(Stage::Renew, async move {
+        let sent = self
+            .bounded(Stage::Renew, |mut conn| async move {
                 RENEW
                     .key(key)
                     .key(counter)
@@ -241,14 +313,15 @@ where
                     .arg(pending)
                     .arg(millis(lease))
                     .arg(millis(counter_lifetime))
-                    .invoke_async(&mut conn)
+                    .invoke_async::<i64>(&mut conn)
                     .await
             })
             .await?;
-        Ok(renewed == 1)
+        Ok(sent.reply == 1)
     }
 
-    /// `complete.lua`: stores the result if the reservation is still ours.
+    /// `complete.lua`: stores the result if the reservation is still ours (or says stored if
+    /// it is ours and completed already: the first sending landed).
     #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn complete_fenced(
         &self,
@@ -258,10 +331,9 @@ where
         record: &str,
         ttl: Duration,
         counter_lifetime: Duration,
-    ) -> Result<bool, StorageError> {
-        let mut conn = self.conn.clone();
-        let stored: i64 = self
-            .bounded(Stage::Complete, async move {
+    ) -> Result<Sent<bool>, StorageError> {
+        let sent = self
+            .bounded(Stage::Complete, |mut conn| async move {
                 COMPLETE
                     .key(key)
                     .key(counter)
@@ -269,24 +341,27 @@ where
                     .arg(record)
                     .arg(millis(ttl))
                     .arg(millis(counter_lifetime))
-                    .invoke_async(&mut conn)
+                    .invoke_async::<i64>(&mut conn)
                     .await
             })
             .await?;
-        Ok(stored == 1)
+        Ok(Sent {
+            reply: sent.reply == 1,
+            again: sent.again,
+        })
     }
 
     /// `DEL key`, whoever holds it: idempotency-kit's release.
     #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        let mut conn = self.conn.clone();
-        self.bounded(Stage::Release, async move {
+        self.bounded(Stage::Release, |mut conn| async move {
             redis::cmd("DEL")
                 .arg(key)
                 .query_async::<()>(&mut conn)
                 .await
         })
         .await
+        .map(|sent| sent.reply)
     }
 
     /// `release.lua`: deletes the reservation if it is still ours.
@@ -296,14 +371,25 @@ where
         key: &str,
         owner: &str,
     ) -> Result<bool, StorageError> {
-        let mut conn = self.conn.clone();
-        let released: i64 = self
-            .bounded(Stage::Release, async move {
-                RELEASE.key(key).arg(owner).invoke_async(&mut conn).await
+        let sent = self
+            .bounded(Stage::Release, |mut conn| async move {
+                RELEASE
+                    .key(key)
+                    .arg(owner)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
             })
             .await?;
-        Ok(released == 1)
+        Ok(sent.reply == 1)
     }
+}
+
+/// The fence of a stored record that is a pending reservation with our owner token: `None` when
+/// it is anyone else's (or not a record at all).
+fn ours(stored: &[u8], owner: &str) -> Option<Option<u64>> {
+    let record = Record::from_json(std::str::from_utf8(stored).ok()?).ok()?;
+    (record.owner.as_deref() == Some(owner) && record.status == crate::record::Status::Pending)
+        .then_some(record.fence)
 }
 
 /// A duration as Redis `PX` milliseconds; `PX 0` is an error, so at least 1.

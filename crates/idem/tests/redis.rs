@@ -99,6 +99,7 @@ impl Journal {
                 }
                 EventKind::Superseded => "superseded".to_owned(),
                 EventKind::StorageError { error } => format!("storage error at {:?}", error.stage),
+                EventKind::Resent { stage } => format!("resent at {stage:?}"),
                 EventKind::RanUnprotected { why } => format!("unprotected: {why}"),
             };
             journal.lock().unwrap().push(label);

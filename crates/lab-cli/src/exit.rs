@@ -200,6 +200,16 @@ impl From<lab_infra::InfraError> for Failure {
                     .arg("reason", reason.as_str());
                 return Failure::new(USAGE, anyhow!(t(said)));
             }
+            InfraError::TooOld {
+                server,
+                url,
+                version,
+                needs,
+            } => Msg::new("infra.too_old")
+                .arg("server", *server)
+                .arg("url", url.as_str())
+                .arg("version", version.as_str())
+                .arg("needs", *needs),
             InfraError::Sql(_) | InfraError::Redis(_) => return Failure::environment(e),
         };
         Failure::environment(anyhow!(t(said)))

@@ -320,6 +320,9 @@ async fn a_run_is_driven_over_http_and_malformed_requests_get_json_errors() {
     assert_eq!(summary["facts"], expected["facts"]);
     assert_eq!(summary["passed"], true);
 
+    // The page shows the end: every scenario has run, and Ctrl-C now closes the page with the
+    // runs' verdict (before it, Ctrl-C interrupts a run: 130).
+    assert_eq!(watcher.until("end").await["passed"], true);
     assert_eq!(web.stop(), 0, "Ctrl-C after the run: the run's verdict");
 }
 

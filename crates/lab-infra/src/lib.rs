@@ -81,6 +81,14 @@ pub enum InfraError {
         url: String,
         reason: String,
     },
+    /// The server answers, and is older than the lab needs.
+    #[error("{server} at {url} is {version}; the lab needs {needs} or newer")]
+    TooOld {
+        server: &'static str,
+        url: String,
+        version: String,
+        needs: &'static str,
+    },
     #[error("invalid {server} URL `{url}`: {reason}")]
     BadUrl {
         server: &'static str,

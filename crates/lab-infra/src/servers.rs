@@ -214,7 +214,19 @@ impl Servers {
                 None => match binaries::find_redis().await {
                     Some(p) => {
                         let version = binaries::version_of(&p).await.unwrap_or_default();
-                        Ok(format!("throwaway: {} ({version})", p.display()))
+                        // `Redis server v=7.0.15 sha=…`
+                        let number = version
+                            .split_whitespace()
+                            .find_map(|w| w.strip_prefix("v="))
+                            .unwrap_or_default();
+                        if at_least(number, OLDEST_REDIS) {
+                            Ok(format!("throwaway: {} ({version})", p.display()))
+                        } else {
+                            Err(format!(
+                                "{} is {number}: the lab needs 7.0 or newer (SET … NX GET)",
+                                p.display()
+                            ))
+                        }
                     }
                     None => Err("redis-server not found".to_string()),
                 },
@@ -478,5 +490,42 @@ async fn connect_redis(
         .unwrap_or("?")
         .trim()
         .to_string();
+    if !at_least(&version, OLDEST_REDIS) {
+        return Err(InfraError::TooOld {
+            server: "Redis",
+            url: url::redact(url),
+            version,
+            needs: "7.0 (the coordinator reserves a key with SET … NX GET)",
+        });
+    }
     Ok((version, client, conn))
+}
+
+/// The oldest Redis the lab works with: `SET … NX GET`, the coordinator's reserve-or-read in one
+/// round trip, came with 7.0 (6.2 refuses NX together with GET).
+const OLDEST_REDIS: (u32, u32) = (7, 0);
+
+/// Whether a `major.minor[.patch]` version is at least `(major, minor)`; a version that does not
+/// read as one is given the benefit of the doubt (a fork that says something else).
+fn at_least(version: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(have_major)), Some(Ok(have_minor))) => (have_major, have_minor) >= (major, minor),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at_least;
+
+    #[test]
+    fn redis_6_is_too_old_and_7_is_not() {
+        assert!(!at_least("6.0.16", (7, 0)));
+        assert!(!at_least("6.2.14", (7, 0)));
+        assert!(at_least("7.0.15", (7, 0)));
+        assert!(at_least("7.2.4", (7, 0)));
+        assert!(at_least("8.0.0", (7, 0)));
+        assert!(at_least("unknown", (7, 0)));
+    }
 }

@@ -21,8 +21,10 @@
 //! our reservation could not (its answer was lost, Redis was down, a record expired).
 //!
 //! `PUT /config` switches what the lab compares: the coordinator's policy (`compatible`, as
-//! idempotency-kit 0.4.1, or `hardened`), the 400 guard for invalid keys, the lease, and how long
-//! the coordinator waits for one Redis command (`command_timeout_ms`).
+//! idempotency-kit 0.4.1, or `hardened`), the 400 guard for invalid keys, the lease, how long
+//! the coordinator waits for one Redis command (`command_timeout_ms`), and whether a command
+//! whose connection was dropped is sent again on a fresh one (`resend_on_dropped`, on by
+//! default: a Redis restart or a blip then costs no payment its protection).
 //!
 //! What the coordinator does is narrated as it happens (reserved, replayed, in flight, Redis
 //! down…): its events are collected during the call and told at the next point where the
@@ -136,6 +138,10 @@ pub struct PaymentConfig {
     pub lease_ms: u64,
     /// How long the coordinator waits for one Redis command, in milliseconds.
     pub command_timeout_ms: u64,
+    /// A command whose connection to Redis was dropped is sent once more on a fresh one
+    /// (`idem::Policy::resend_on_dropped`); `false` is the broken design of a client that does
+    /// not reconnect and retry, which leaves the first payment after a blip unprotected.
+    pub resend_on_dropped: bool,
 }
 
 impl Default for PaymentConfig {
@@ -145,6 +151,7 @@ impl Default for PaymentConfig {
             key_guard: true,
             lease_ms: DEFAULT_LEASE.as_millis() as u64,
             command_timeout_ms: DEFAULT_COMMAND_TIMEOUT.as_millis() as u64,
+            resend_on_dropped: true,
         }
     }
 }
@@ -161,6 +168,8 @@ pub struct PaymentChange {
     pub lease_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command_timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resend_on_dropped: Option<bool>,
 }
 
 impl crate::api::ConfigRequest for PaymentChange {
@@ -177,6 +186,7 @@ impl PaymentConfig {
         base.in_flight(InFlight::Raise)
             .lease(Duration::from_millis(self.lease_ms))
             .command_timeout(Duration::from_millis(self.command_timeout_ms))
+            .resend_on_dropped(self.resend_on_dropped)
     }
 }
 
@@ -300,6 +310,7 @@ fn narrate(kind: &EventKind<'_>, key: &str, bound: Duration) -> Option<Msg> {
         EventKind::Released { .. } => Msg::new("payments.released"),
         EventKind::LeaseLost { .. } => Msg::new("payments.lease_lost"),
         EventKind::StorageError { error } => storage_error(error, bound),
+        EventKind::Resent { stage } => Msg::new("payments.resent").arg("stage", stage_msg(*stage)),
         EventKind::RanUnprotected { why } => {
             Msg::new("payments.unprotected").arg("why", unprotected(why))
         }
@@ -597,6 +608,9 @@ async fn set_config(
     }
     if let Some(bound) = change.command_timeout_ms {
         config.command_timeout_ms = bound;
+    }
+    if let Some(resend) = change.resend_on_dropped {
+        config.resend_on_dropped = resend;
     }
     Ok(Json(*config))
 }

@@ -10,7 +10,9 @@
 -- ARGV[3]  the result's TTL, in milliseconds
 -- ARGV[4]  how long the counter must live at least, in milliseconds (TTL + retention)
 --
--- Returns 1 if the result was stored, 0 if the key no longer holds our reservation.
+-- Returns 1 if the result was stored (or is stored already: a sending of this script that
+-- landed, whose reply was lost with its connection), 0 if the key no longer holds our
+-- reservation.
 
 local current = redis.call('GET', KEYS[1])
 if not current then
@@ -19,7 +21,13 @@ end
 -- A record we cannot decode, a record with another owner (or none: Python's), or a completed
 -- record are all not ours.
 local ok, record = pcall(cjson.decode, current)
-if not ok or type(record) ~= 'table' or record.owner ~= ARGV[1] or record.status ~= 'pending' then
+if not ok or type(record) ~= 'table' or record.owner ~= ARGV[1] then
+  return 0
+end
+if record.status == 'completed' then
+  return 1 -- ours, completed: by an earlier sending of this very script
+end
+if record.status ~= 'pending' then
   return 0
 end
 
