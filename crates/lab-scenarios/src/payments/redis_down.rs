@@ -12,10 +12,18 @@
 //! Every call returns within the coordinator's bound; the reference pays 6–9.5 s per call in
 //! its Redis client's retries.
 //!
+//! After the outage, Redis is reachable again and one more blip (the link's connections cut and
+//! the link restored at once, as a Redis restart or a failover would) kills the service's
+//! connection: the next payment is protected because the coordinator sends its first command
+//! once more on the fresh connection (one charge under K4), and is not with a coordinator that
+//! does not (`resend_on_dropped` off: two charges under K5).
+//!
 //! Facts: `charges_fail_open` = 2, `charges_fail_open_provider_dedup` = 1,
-//! `charges_fail_closed` = 0, `fail_closed_status` = 503, and `every_call_answered` = true.
+//! `charges_fail_closed` = 0, `fail_closed_status` = 503, `every_call_answered` = true,
+//! `charges_after_blip` = 1, and `charges_after_blip_without_resend` = 2.
 
 use lab_core::Msg;
+use lab_services::faults::ToxicHandle;
 use lab_services::payments::{self, PaymentChange, PolicyName};
 
 use super::{
@@ -40,6 +48,8 @@ pub const SCENARIO: Scenario = Scenario {
 const K1: &str = "K1";
 const K2: &str = "K2";
 const K3: &str = "K3";
+const K4: &str = "K4";
+const K5: &str = "K5";
 /// Pays twice with `key` while Redis is cut; returns whether each call got an answer (a status)
 /// before the client's own timeout. The coordinator bounds each Redis command (250 ms), so a
 /// dead Redis costs a call a moment, not a hang; how long exactly depends on the machine, so the
@@ -63,7 +73,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         ..PaymentChange::default()
     };
     configure_payments(ctx, change).await?;
-    ctx.faults()?.black_hole(REDIS_HOP).await?;
+    let black_hole = ctx.faults()?.black_hole(REDIS_HOP).await?;
     n.step("step.cut").await?;
     let pong: String = redis::cmd("PING").query_async(&mut ctx.redis()?).await?;
     n.note(Msg::new("note.redis_alive").arg("reply", pong));
@@ -107,7 +117,55 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     } else {
         "note.not_answered"
     });
+
+    healed(ctx, black_hole).await?;
     n.explain();
     n.quiz();
+    Ok(())
+}
+
+/// After the outage: Redis reachable again, and the service's connection to it killed by one
+/// more blip. The next payment is protected when the coordinator sends its first command again
+/// on the fresh connection; it is not when the coordinator does not.
+async fn healed(ctx: &Ctx, black_hole: [ToxicHandle; 2]) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.healed");
+    let faults = ctx.faults()?;
+    for toxic in black_hole {
+        faults.remove(toxic).await?;
+    }
+    let compatible = PaymentChange {
+        policy: Some(PolicyName::Compatible),
+        ..PaymentChange::default()
+    };
+    configure_payments(ctx, compatible).await?;
+    blip(ctx).await?;
+    n.step("step.heal").await?;
+    n.step(Msg::new("step.healed_pay").arg("key", K4)).await?;
+    pay_twice(ctx, K4).await?;
+    let protected = provider_charges(ctx, Some(&provider_key(K4))).await?.len();
+    n.fact("charges_after_blip", protected);
+    n.note(Msg::new("note.healed").arg("charges", protected));
+
+    let no_resend = PaymentChange {
+        resend_on_dropped: Some(false),
+        ..PaymentChange::default()
+    };
+    configure_payments(ctx, no_resend).await?;
+    blip(ctx).await?;
+    n.step(Msg::new("step.no_resend").arg("key", K5)).await?;
+    pay_twice(ctx, K5).await?;
+    let unprotected = provider_charges(ctx, Some(&provider_key(K5))).await?.len();
+    show_charges(ctx).await?;
+    n.fact("charges_after_blip_without_resend", unprotected);
+    n.note(Msg::new("note.no_resend").arg("charges", unprotected));
+    Ok(())
+}
+
+/// Cuts the services' link to Redis (every open connection) and puts it back at once.
+async fn blip(ctx: &Ctx) -> ScenarioResult {
+    let faults = ctx.faults()?;
+    faults.set_enabled(REDIS_HOP, false).await?;
+    faults.set_enabled(REDIS_HOP, true).await?;
     Ok(())
 }
