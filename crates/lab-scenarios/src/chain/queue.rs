@@ -73,6 +73,34 @@ pub struct Queue<C> {
     pub dead: String,
 }
 
+/// Sends a consumer's command, once more if its connection had been dropped since the last one
+/// (a Redis restart, a failover, a blip), so the first command after it does not fail for
+/// nothing. Safe for every command a consumer sends here: `XACK`, `XPENDING`, `XRANGE`, `XINFO`
+/// and `XCLAIM … JUSTID` do the same again, `XAUTOCLAIM` claims what is still idle, and an
+/// `XREADGROUP >` that had landed leaves its entry pending for this consumer, to be claimed again
+/// after its idle time: never lost, never acknowledged unhandled. (A producer's `XADD` is not
+/// sent again: a second publish would be a second job.)
+trait SendAgain {
+    async fn send<T: redis::FromRedisValue, C: ConnectionLike + Clone + Send>(
+        &self,
+        queue: &Queue<C>,
+    ) -> RedisResult<T>;
+}
+
+impl SendAgain for redis::Cmd {
+    async fn send<T: redis::FromRedisValue, C: ConnectionLike + Clone + Send>(
+        &self,
+        queue: &Queue<C>,
+    ) -> RedisResult<T> {
+        match self.query_async(&mut queue.conn.clone()).await {
+            Err(e) if e.is_connection_dropped() || e.is_unrecoverable_error() => {
+                self.query_async(&mut queue.conn.clone()).await
+            }
+            result => result,
+        }
+    }
+}
+
 impl<C: ConnectionLike + Clone + Send> Queue<C> {
     /// The queue `name` under `prefix`; creates the stream and its group if they do not exist.
     #[tracing::instrument(level = "debug", skip_all)]
@@ -132,7 +160,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
             .arg("STREAMS")
             .arg(&self.stream)
             .arg(">")
-            .query_async(&mut self.conn.clone())
+            .send(self)
             .await?;
         // [[stream, [[id, [field, value, …]]]]]
         let entry = first_entry(&reply, 2);
@@ -151,7 +179,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
             .arg("0-0")
             .arg("COUNT")
             .arg(1)
-            .query_async(&mut self.conn.clone())
+            .send(self)
             .await?;
         // [next cursor, [[id, [field, value, …]]], [deleted ids]]
         let entry = first_entry(&reply, 1);
@@ -189,7 +217,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
             .arg(&self.stream)
             .arg(&self.group)
             .arg(entry)
-            .query_async(&mut self.conn.clone())
+            .send(self)
             .await
     }
 
@@ -205,7 +233,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
             .arg(reason)
             .arg("entry")
             .arg(&delivery.entry)
-            .query_async(&mut self.conn.clone())
+            .send(self)
             .await
             .map(|_: String| ())?;
         self.ack(&delivery.entry).await
@@ -218,7 +246,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
             .arg(&self.dead)
             .arg("-")
             .arg("+")
-            .query_async(&mut self.conn.clone())
+            .send(self)
             .await?;
         let Value::Array(entries) = reply else {
             return Ok(Vec::new());
@@ -242,7 +270,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
             .arg("-")
             .arg("+")
             .arg(100)
-            .query_async(&mut self.conn.clone())
+            .send(self)
             .await?;
         Ok(rows
             .into_iter()
@@ -260,7 +288,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
         let groups: Vec<std::collections::HashMap<String, Value>> = redis::cmd("XINFO")
             .arg("GROUPS")
             .arg(&self.stream)
-            .query_async(&mut self.conn.clone())
+            .send(self)
             .await?;
         Ok(groups
             .iter()
@@ -287,7 +315,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
             .arg("IDLE")
             .arg(idle.as_millis() as u64)
             .arg("JUSTID")
-            .query_async(&mut self.conn.clone())
+            .send(self)
             .await?;
         Ok(())
     }
