@@ -1,5 +1,6 @@
 //! The at-least-once queue on a real Redis: delivery, acknowledgement, redelivery of what was
-//! not acknowledged (with its delivery count), dead letters, and the isolation of a run's keys.
+//! not acknowledged (with its delivery count), dead letters, the isolation of a run's keys, and a
+//! consumer that carries on after its Redis link was cut.
 
 use std::time::Duration;
 
@@ -109,5 +110,58 @@ async fn a_dead_letter_keeps_its_job_and_reason_and_is_acknowledged() {
         .await
         .unwrap();
     assert!(keys.iter().all(|k| k.starts_with("lab:q2:")), "{keys:?}");
+    servers.shutdown().await;
+}
+
+/// A consumer whose connection was cut and restored since its last command (a blip, a failover)
+/// reads, acknowledges and claims as before: its first command is sent once more on the fresh
+/// connection. A plain command on a connection cut the same way fails, which is what the queue
+/// would otherwise hand the worker.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_carries_on_after_its_redis_link_was_cut_and_restored() {
+    let (servers, direct) = redis().await;
+    let upstream = servers.redis.as_ref().unwrap().url.clone();
+    let upstream = upstream
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_string();
+    let proxies = faultproxy::FaultProxy::new();
+    let hop = proxies
+        .create("redis", "127.0.0.1:0", &upstream)
+        .await
+        .unwrap();
+    let through_hop = format!("redis://{}", hop.listen);
+    let link = lab_services::spec::redis_connection(&through_hop).unwrap();
+    let mut plain = lab_services::spec::redis_connection(&through_hop).unwrap();
+
+    let producer = Queue::open(direct.clone(), "lab:q4:", "invoices")
+        .await
+        .unwrap();
+    let consumer = producer.on(link);
+    // Both links are up and have been used once.
+    assert!(consumer.pending().await.unwrap().is_empty());
+    let _: String = redis::cmd("PING").query_async(&mut plain).await.unwrap();
+
+    let entry = producer.publish(&job(1)).await.unwrap();
+    let hop = proxies.get("redis").unwrap();
+    hop.set_enabled(false).await.unwrap();
+    hop.set_enabled(true).await.unwrap();
+
+    let cut: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut plain).await;
+    assert!(cut.is_err(), "the cut dropped the connection: {cut:?}");
+    let delivered = consumer.receive("a").await.unwrap().expect("a delivery");
+    assert_eq!(delivered.entry, entry);
+
+    hop.set_enabled(false).await.unwrap();
+    hop.set_enabled(true).await.unwrap();
+    consumer.ack(&delivered.entry).await.unwrap();
+    assert!(producer.pending().await.unwrap().is_empty());
+
+    let mut direct = direct;
+    let _: () = redis::cmd("DEL")
+        .arg(&producer.stream)
+        .query_async(&mut direct)
+        .await
+        .unwrap();
     servers.shutdown().await;
 }
