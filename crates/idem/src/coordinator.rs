@@ -357,48 +357,7 @@ where
         let deadline = Instant::now() + self.policy.lease;
         let mut reported_in_flight = false;
         loop {
-            let owner = match self.policy.ownership {
-                Ownership::Fenced => Some(uuid::Uuid::new_v4().simple().to_string()),
-                Ownership::Unchecked => None,
-            };
-            let mut pending = Record::pending(
-                call.ids.operation,
-                call.ids.key,
-                call.fingerprint,
-                SystemTime::now(),
-                self.policy.lease,
-                owner.as_deref(),
-            );
-            let attempt = match (self.policy.ownership, &owner) {
-                (Ownership::Fenced, Some(owner)) => {
-                    self.store
-                        .reserve_fenced(
-                            &call.record_key,
-                            &call.fence_key,
-                            &pending.to_json(),
-                            owner,
-                            self.policy.lease,
-                            self.policy.lease + self.policy.fence_retention,
-                        )
-                        .await
-                }
-                _ => {
-                    self.store
-                        .reserve(&call.record_key, &pending.to_json(), self.policy.lease)
-                        .await
-                }
-            };
-            let attempt = attempt.map(|sent| {
-                if sent.again {
-                    self.emit(
-                        call,
-                        EventKind::Resent {
-                            stage: Stage::Reserve,
-                        },
-                    );
-                }
-                sent.reply
-            });
+            let (owner, mut pending, attempt) = self.try_reserve(call).await;
             let stored = match attempt {
                 Ok(Reservation::Reserved { fence }) => {
                     self.emit(call, EventKind::Reserved { fence });
@@ -438,6 +397,58 @@ where
             // but never sleep past the deadline.
             tokio::time::sleep(self.policy.poll_interval.min(deadline - now)).await;
         }
+    }
+
+    /// One reservation attempt, one round trip: a fresh pending record (with a fresh owner token
+    /// under [`Ownership::Fenced`]) sent as `SET NX` or the fenced script. Returns the token and
+    /// the record with what Redis answered, so the caller can keep them if the key became ours.
+    async fn try_reserve(
+        &self,
+        call: &Call<'_>,
+    ) -> (Option<String>, Record, Result<Reservation, StorageError>) {
+        let owner = match self.policy.ownership {
+            Ownership::Fenced => Some(uuid::Uuid::new_v4().simple().to_string()),
+            Ownership::Unchecked => None,
+        };
+        let pending = Record::pending(
+            call.ids.operation,
+            call.ids.key,
+            call.fingerprint,
+            SystemTime::now(),
+            self.policy.lease,
+            owner.as_deref(),
+        );
+        let attempt = match (self.policy.ownership, &owner) {
+            (Ownership::Fenced, Some(owner)) => {
+                self.store
+                    .reserve_fenced(
+                        &call.record_key,
+                        &call.fence_key,
+                        &pending.to_json(),
+                        owner,
+                        self.policy.lease,
+                        self.policy.lease + self.policy.fence_retention,
+                    )
+                    .await
+            }
+            _ => {
+                self.store
+                    .reserve(&call.record_key, &pending.to_json(), self.policy.lease)
+                    .await
+            }
+        };
+        let attempt = attempt.map(|sent| {
+            if sent.again {
+                self.emit(
+                    call,
+                    EventKind::Resent {
+                        stage: Stage::Reserve,
+                    },
+                );
+            }
+            sent.reply
+        });
+        (owner, pending, attempt)
     }
 
     /// Runs the action while keeping the reservation alive (if the policy renews).
