@@ -31,6 +31,8 @@ struct WebLab {
     base: String,
     token: String,
     tmp: tempfile::TempDir,
+    /// lab's stderr after the URL, line by line: shown when its exit code is not the one expected.
+    stderr: std::sync::mpsc::Receiver<String>,
 }
 
 impl WebLab {
@@ -73,15 +75,26 @@ impl WebLab {
             drive_url,
             child,
             tmp,
+            stderr: rx,
         }
     }
 
-    /// Ctrl-C, and lab's exit code; then nothing it started may be left.
-    fn stop(mut self) -> i32 {
+    /// Ctrl-C, and lab's exit code (which must be `expected`, or lab's stderr is shown); then
+    /// nothing it started may be left.
+    fn stop(mut self, expected: i32) {
         interrupt(&self.child);
         let status = self.child.wait().expect("lab exits");
         assert_nothing_left(self.tmp.path());
-        status.code().unwrap_or(-1)
+        let code = status.code().unwrap_or(-1);
+        if code != expected {
+            let said: Vec<String> =
+                std::iter::from_fn(|| self.stderr.recv_timeout(Duration::from_secs(5)).ok())
+                    .collect();
+            panic!(
+                "lab exited {code} after Ctrl-C, not {expected}; its stderr:\n{}",
+                said.join("\n")
+            );
+        }
     }
 }
 
@@ -323,7 +336,8 @@ async fn a_run_is_driven_over_http_and_malformed_requests_get_json_errors() {
     // The page shows the end: every scenario has run, and Ctrl-C now closes the page with the
     // runs' verdict (before it, Ctrl-C interrupts a run: 130).
     assert_eq!(watcher.until("end").await["passed"], true);
-    assert_eq!(web.stop(), 0, "Ctrl-C after the run: the run's verdict");
+    // Ctrl-C after the run: the run's verdict.
+    web.stop(0);
 }
 
 #[tokio::test]
@@ -361,7 +375,7 @@ async fn between_two_scenarios_the_first_stays_until_next() {
             "summary duplicate",
         ]
     );
-    assert_eq!(web.stop(), 0);
+    web.stop(0);
 }
 
 // ---- in a real browser ---------------------------------------------------------------------
@@ -576,7 +590,7 @@ async fn timeout_in_a_browser_shows_the_held_answer_the_graded_predictions_and_t
 
     page.close().await;
     drop(driver);
-    assert_eq!(web.stop(), 0);
+    web.stop(0);
 }
 
 #[tokio::test]
@@ -678,5 +692,5 @@ async fn concurrent_in_a_browser_then_a_restart_runs_it_again() {
     page.close().await;
     drop(driver);
     // Stopped in the middle of the restarted run: interrupted, and everything cleaned up.
-    assert_eq!(web.stop(), 130);
+    web.stop(130);
 }
