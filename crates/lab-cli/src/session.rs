@@ -18,6 +18,7 @@
 use std::future::Future;
 use std::io::IsTerminal;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -113,6 +114,9 @@ pub struct Session {
     /// How scenarios run in this call: `--keep`, `--toxiproxy-url`, knobs, proxies to clean.
     pub config: RunConfig,
     interrupts: Interrupts,
+    /// Set while a signal is how the guarded work ends rather than an interruption of it: see
+    /// [`Session::signal_ends_the_work`].
+    signal_ends_work: AtomicBool,
 }
 
 impl Session {
@@ -152,6 +156,7 @@ impl Session {
             gate,
             config,
             interrupts,
+            signal_ends_work: AtomicBool::new(false),
         }
     }
 
@@ -209,6 +214,16 @@ impl Session {
     /// Resolves when Ctrl-C or SIGTERM has come (at once, if one came already).
     pub async fn interrupted(&self) -> Interrupt {
         self.interrupts.next().await
+    }
+
+    /// Says whether, from now on, a signal is how the guarded work ends (`true`: the web view
+    /// once every scenario has run, which listens for it with [`Session::interrupted`] and
+    /// returns the runs' verdict) or an interruption of it (`false`, the default). While it is
+    /// `true` the guard leaves the signal to the work and waits for the work's answer instead
+    /// of racing it: the signal reaches both from the listener's thread, and the guard could
+    /// see it first.
+    pub fn signal_ends_the_work(&self, ends: bool) {
+        self.signal_ends_work.store(ends, Ordering::SeqCst);
     }
 
     /// The lifecycle every command that needs servers goes through: starts (or connects to) the
@@ -327,10 +342,17 @@ impl Session {
         tokio::select! {
             // Work that has finished wins over a signal that arrives in the same instant: its
             // cleanup has run, and its result is the true one. (Work that listens for the
-            // signal itself, and ends at once when it comes, finishes here too.)
+            // signal itself says so with `signal_ends_the_work`: biased alone cannot promise
+            // it wins, since the signal may land between the two polls.)
             biased;
             result = &mut work => Guarded::Finished(result),
-            signal = self.interrupted() => Guarded::Interrupted(signal),
+            signal = self.interrupted() => {
+                if self.signal_ends_work.load(Ordering::SeqCst) {
+                    Guarded::Finished((&mut work).await)
+                } else {
+                    Guarded::Interrupted(signal)
+                }
+            }
             _ = gate.quit_requested() => {
                 tokio::select! {
                     _ = tokio::time::timeout(QUIT_GRACE, &mut work) => Guarded::Quit,

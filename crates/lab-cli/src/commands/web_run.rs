@@ -176,8 +176,11 @@ impl WebRun<'_> {
                 State::Done => {
                     let all_passed = passed.iter().all(|p| *p);
                     self.hub.finished(epoch, all_passed);
+                    // Ctrl-C now closes the page with the verdict: it is no interruption.
+                    self.session.signal_ends_the_work(true);
                     tokio::select! {
                         _ = self.hub.restart_requested() => {
+                            self.session.signal_ends_the_work(false);
                             let last = scenarios.len() - 1;
                             let name = scenarios[last].name;
                             eprintln!("{}", t(Msg::new("web.restarting").arg("name", name)));
