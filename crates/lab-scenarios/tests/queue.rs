@@ -120,17 +120,16 @@ async fn a_dead_letter_keeps_its_job_and_reason_and_is_acknowledged() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_consumer_carries_on_after_its_redis_link_was_cut_and_restored() {
     let (servers, direct) = redis().await;
-    let upstream = servers.redis.as_ref().unwrap().url.clone();
-    let upstream = upstream
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .to_string();
+    // The run's Redis through a proxy of the test's own, user, password and database kept.
+    let direct_url = servers.redis.as_ref().unwrap().url.clone();
+    let upstream = lab_services::stage::redis_addr(&direct_url).unwrap();
     let proxies = faultproxy::FaultProxy::new();
     let hop = proxies
-        .create("redis", "127.0.0.1:0", &upstream)
+        .create("redis", "127.0.0.1:0", &upstream.to_string())
         .await
         .unwrap();
-    let through_hop = format!("redis://{}", hop.listen);
+    let through_hop =
+        lab_services::stage::with_addr(&direct_url, hop.listen.parse().unwrap()).unwrap();
     let link = lab_services::spec::redis_connection(&through_hop).unwrap();
     let mut plain = lab_services::spec::redis_connection(&through_hop).unwrap();
 

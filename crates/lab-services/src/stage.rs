@@ -246,7 +246,7 @@ impl Stage {
 }
 
 /// The address of the Redis in `url` (`redis://host:port/…`).
-fn redis_addr(url: &str) -> Result<SocketAddr, StageError> {
+pub fn redis_addr(url: &str) -> Result<SocketAddr, StageError> {
     let parsed = url::Url::parse(url).map_err(|e| StageError::RedisUrl(e.to_string()))?;
     let host = parsed.host_str().unwrap_or("127.0.0.1");
     let port = parsed.port().unwrap_or(6379);
@@ -256,7 +256,7 @@ fn redis_addr(url: &str) -> Result<SocketAddr, StageError> {
 }
 
 /// `url` pointed at `addr` instead (the proxy), keeping its user, password and database.
-fn with_addr(url: &str, addr: SocketAddr) -> Result<String, StageError> {
+pub fn with_addr(url: &str, addr: SocketAddr) -> Result<String, StageError> {
     let mut parsed = url::Url::parse(url).map_err(|e| StageError::RedisUrl(e.to_string()))?;
     let moved = parsed.set_ip_host(addr.ip()).is_ok() && parsed.set_port(Some(addr.port())).is_ok();
     if !moved {
