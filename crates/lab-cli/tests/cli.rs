@@ -312,13 +312,13 @@ fn a_quiz_with_piped_answers_prints_a_score() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    // duplicate's right answer is b; lease asks two predictions: c is right, then a is wrong.
-    child.stdin.take().unwrap().write_all(b"b\nc\na\n").unwrap();
+    // duplicate's right answer is c; lease asks two predictions: d is right, then b is wrong.
+    child.stdin.take().unwrap().write_all(b"c\nd\nb\n").unwrap();
     let out = child.wait_with_output().unwrap();
     assert_code(&out, 0);
     let text = stdout(&out);
-    assert!(text.contains("Your answer, b: right."), "{text}");
-    assert!(text.contains("Your answer, a: not this one."), "{text}");
+    assert!(text.contains("Your answer, c: right."), "{text}");
+    assert!(text.contains("Your answer, b: not this one."), "{text}");
     assert!(text.contains("Predictions: 2 of 3 right."), "{text}");
 }
 

@@ -139,7 +139,7 @@ fn at_a_prediction_b_is_an_answer_and_the_footer_says_how_to_answer() {
         both.contains("your answer (a letter), then Enter · Enter alone skips · q quit"),
         "{both}"
     );
-    assert!(both.contains("Your answer, b: right."), "{both}");
+    assert!(both.contains("Your answer, b: not this one."), "{both}");
     assert!(!both.contains("── Again ──"), "{both}");
 }
 

@@ -305,7 +305,11 @@ async fn a_run_is_driven_over_http_and_malformed_requests_get_json_errors() {
         // The calls through the slow hop say how long the client waits; the retries after the
         // hop recovered do not.
         let waits = request["draw"][0]["timeout_ms"].as_u64();
-        assert_eq!(waits.is_some(), ![2, 4].contains(&i), "call {i}: {request}");
+        assert_eq!(
+            waits.is_some(),
+            ![2, 4, 6, 8].contains(&i),
+            "call {i}: {request}"
+        );
     }
     assert_eq!(of("end").next().unwrap()["passed"], true);
     // What the scenario broke and where it held a request are in the stream, to be drawn.
@@ -316,15 +320,16 @@ async fn a_run_is_driven_over_http_and_malformed_requests_get_json_errors() {
     assert_eq!(faults, [held.clone(), healed.clone(), held, healed]);
     assert_eq!(
         of("checkpoint").count(),
-        3,
-        "reports.answered, once per held call"
+        6,
+        "reports.answered once per held answer; reports.after_insert twice and reports.committed \
+         once before the COMMIT"
     );
     assert_eq!(
         reveals,
-        [json!(true), Value::Null],
-        "b was right; the second was not answered"
+        [json!(false), Value::Null, Value::Null],
+        "b was not right; the others were not answered"
     );
-    assert_eq!(calls, 5);
+    assert_eq!(calls, 9);
 
     // The watcher saw the same run.
     let watched = watcher.until("summary").await;
@@ -478,7 +483,7 @@ async fn timeout_in_a_browser_shows_the_held_answer_the_graded_predictions_and_t
 
     let mut seen_in_flight = false;
     let mut shot_held = false;
-    let ended = step_to_end(&page, &[Some('b'), Some('a')], async |page, kind| {
+    let ended = step_to_end(&page, &[Some('c'), Some('b')], async |page, kind| {
         let now = diagram(page).await;
         // Inside the service, the first call has no answer yet: it is drawn in flight.
         if kind == "service" && now["answers"].as_array().unwrap().is_empty() {
@@ -508,19 +513,20 @@ async fn timeout_in_a_browser_shows_the_held_answer_the_graded_predictions_and_t
         .iter()
         .map(|c| &c["outcome"])
         .collect();
+    // Two sides with the answer held on the way back (three lost answers), then the side with
+    // the delay before the COMMIT: two clients that give up, each followed by a retry.
+    let (unknown, ok) = (json!("unknown"), json!("ok"));
     assert_eq!(
         outcomes,
         [
-            &json!("unknown"),
-            &json!("unknown"),
-            &json!("ok"),
-            &json!("unknown"),
-            &json!("ok")
+            &unknown, &unknown, &ok, &unknown, &ok, &unknown, &ok, &unknown, &ok
         ]
     );
     assert_eq!(
         now["answers"],
-        json!(["unknown", "unknown", "ok", "unknown", "ok"])
+        json!([
+            "unknown", "unknown", "ok", "unknown", "ok", "unknown", "ok", "unknown", "ok"
+        ])
     );
     assert!(
         now["calls"]
@@ -542,10 +548,11 @@ async fn timeout_in_a_browser_shows_the_held_answer_the_graded_predictions_and_t
         ])
     );
     assert_eq!(
-        now["checkpoints"], 3,
-        "the service's answered checkpoint, once per held call"
+        now["checkpoints"], 6,
+        "the service's answered checkpoint once per held answer, then after_insert twice and \
+         committed once"
     );
-    // b was right; a was not (c is).
+    // c was right; b was not (a is).
     assert_eq!(now["verdicts"], json!([true, false]));
     // The fact table is the run's JSON summary.
     assert_eq!(now["facts"], expected["facts"]);
@@ -606,7 +613,7 @@ async fn concurrent_in_a_browser_then_a_restart_runs_it_again() {
     watcher.goto(&format!("{}/", web.base)).await;
     page.goto(&web.drive_url).await;
 
-    let ended = step_to_end(&page, &[Some('b'), None], async |_, _| {}).await;
+    let ended = step_to_end(&page, &[Some('d'), None], async |_, _| {}).await;
     assert_eq!(ended["passed"], true);
     let now = diagram(&page).await;
     assert_eq!(

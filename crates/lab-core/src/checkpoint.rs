@@ -102,19 +102,26 @@ impl Checkpoints {
     pub fn hold(&self, point: &str) -> Hold {
         let entered = Arc::new(Notify::new());
         let release = Arc::new(Notify::new());
+        let abandoned = Arc::new(Notify::new());
         let taken = Arc::new(AtomicBool::new(false));
         self.install(point, {
-            let (entered, release) = (entered.clone(), release.clone());
+            let (entered, release, abandoned) =
+                (entered.clone(), release.clone(), abandoned.clone());
             Arc::new(move || {
                 let (entered, release, taken) = (entered.clone(), release.clone(), taken.clone());
+                let abandoned = abandoned.clone();
                 Box::pin(async move {
                     // Only the first caller is held: the hook is cleared once it is inside, and
                     // one that raced in before that goes on.
                     if taken.swap(true, Ordering::SeqCst) {
                         return;
                     }
+                    // Told if this future is dropped while it waits: the caller's own work was
+                    // cancelled (a server that drops a request whose client went away).
+                    let mut dropped = NotifyOnDrop(Some(abandoned));
                     entered.notify_one();
                     release.notified().await;
+                    dropped.0 = None;
                 })
             })
         });
@@ -123,6 +130,7 @@ impl Checkpoints {
             point: point.to_string(),
             entered,
             release,
+            abandoned,
         }
     }
 
@@ -164,6 +172,18 @@ pub struct Hold {
     point: String,
     entered: Arc<Notify>,
     release: Arc<Notify>,
+    abandoned: Arc<Notify>,
+}
+
+/// Notifies when dropped, unless disarmed (set to `None`) first.
+struct NotifyOnDrop(Option<Arc<Notify>>);
+
+impl Drop for NotifyOnDrop {
+    fn drop(&mut self) {
+        if let Some(notify) = self.0.take() {
+            notify.notify_one();
+        }
+    }
 }
 
 impl Hold {
@@ -176,6 +196,17 @@ impl Hold {
             point: self.point.clone(),
             limit,
         })
+    }
+
+    /// Waits until the held caller is gone without being released, at most `limit`: its work
+    /// was cancelled while it waited here (its future dropped).
+    pub async fn abandoned(&self, limit: Duration) -> Result<(), NotReached> {
+        tokio::time::timeout(limit, self.abandoned.notified())
+            .await
+            .map_err(|_| NotReached {
+                point: self.point.clone(),
+                limit,
+            })
     }
 
     /// The point it holds.
@@ -326,6 +357,32 @@ mod tests {
         )
         .await
         .expect("a dropped hold holds nobody");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_tells_when_its_caller_was_cancelled_but_not_when_it_was_released() {
+        let points = Checkpoints::new();
+        let hold = points.hold("p");
+        let caller = {
+            let points = points.clone();
+            tokio::spawn(async move { points.reached("p").await })
+        };
+        hold.entered(Duration::from_secs(1)).await.unwrap();
+        assert!(hold.abandoned(Duration::from_millis(50)).await.is_err());
+        caller.abort();
+        hold.abandoned(Duration::from_secs(1)).await.unwrap();
+
+        let hold = points.hold("q");
+        let caller = {
+            let points = points.clone();
+            tokio::spawn(async move { points.reached("q").await })
+        };
+        hold.entered(Duration::from_secs(1)).await.unwrap();
+        let abandoned = hold.abandoned.clone();
+        hold.release();
+        caller.await.unwrap();
+        let told = tokio::time::timeout(Duration::from_millis(50), abandoned.notified()).await;
+        assert!(told.is_err(), "a released caller was reported as cancelled");
     }
 
     #[tokio::test(start_paused = true)]

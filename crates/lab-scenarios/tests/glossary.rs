@@ -16,7 +16,16 @@
 //!   none at the start of a text the renderer puts after a label and a colon (a prediction's
 //!   question, a model answer, a knob, a service's message);
 //! - the labels are the seeds' own: «Вопрос перед экспериментом», «Проверь понимание»,
-//!   «Твой ответ».
+//!   «Твой ответ»;
+//! - a model answer (`quiz_answers`) starts with a capital: it also stands alone, under a folded
+//!   «Ответ» on the handout pages;
+//! - the calques and jargon an instructor's review found, with what to write instead
+//!   ([`PHRASES`]): «удаление дублей», «таймаут видимости», «проверка на 400», «Сегодня…»,
+//!   Toxiproxy's «toxic latency», «невалидный», «лаборатория» (the lab is «практикум»), the
+//!   outcome labels quoted in English («unknown» → «неизвестно»).
+//!
+//! The English texts have their own short list ([`ENGLISH_PHRASES`]): one verb for a lease that
+//! ends ("expires"), no SQS "visibility timeout" for Redis Streams, no "Today" for a run.
 //!
 //! A second test checks that every text uses the same placeholders in both languages.
 
@@ -76,7 +85,6 @@ const NAMES: &[&str] = &[];
 /// Key prefixes whose texts the renderer puts right after a label or a name and a colon
 /// (`Вопрос перед экспериментом: …`, `Ответ: …`, `--set x=1: …`, `⚙ сервис отчётов: …`).
 const AFTER_A_COLON: &[&str] = &[
-    "quiz_answers.",
     "knobs.",
     "reports.",
     "provider.",
@@ -84,6 +92,61 @@ const AFTER_A_COLON: &[&str] = &[
     "relay.",
     "mailer.",
     "invoices.",
+];
+
+/// Phrases that must not appear in Russian (matched in lower case), and what to write instead.
+const PHRASES: &[(&str, &str)] = &[
+    ("удаление дублей", "«убирать дубли»"),
+    ("удаления дублей", "«убирать дубли»"),
+    ("удалению дублей", "«убирать дубли»"),
+    (
+        "таймаут видимости",
+        "min-idle-time в XAUTOCLAIM (в Redis Streams нет таймаута видимости)",
+    ),
+    ("таймаута видимости", "min-idle-time в XAUTOCLAIM"),
+    (
+        "проверка на 400",
+        "«проверка ключа до координатора (та, что отвечает 400)»",
+    ),
+    (
+        "проверки на 400",
+        "«проверка ключа до координатора (та, что отвечает 400)»",
+    ),
+    (
+        "проверку на 400",
+        "«проверка ключа до координатора (та, что отвечает 400)»",
+    ),
+    ("toxic latency", "«задержка (Toxiproxy)»"),
+    (
+        "на потоке downstream",
+        "«на направлении downstream — от сервиса к клиенту»",
+    ),
+    ("невалидн", "«недопустимый»"),
+    ("лаборатори", "«практикум»"),
+    ("«unknown»", "«неизвестно»"),
+    ("«fail»", "«ошибка»"),
+    ("«ok»", "«успех»"),
+    ("удаляет дубли", "«убирает дубли»"),
+];
+
+/// Words that must not open a Russian sentence: a run is not a day.
+const SENTENCE_OPENERS: &[(&str, &str)] = &[("сегодня", "«В этом прогоне» / «На этот раз»")];
+
+/// Phrases that must not appear in English (matched in lower case), and what to write instead.
+const ENGLISH_PHRASES: &[(&str, &str)] = &[
+    ("lapse", "\"expires\" (one verb for a lease that ends)"),
+    ("runs out", "\"expires\""),
+    ("ran out", "\"expired\""),
+    ("lease is over", "\"the lease has expired\""),
+    (
+        "visibility timeout",
+        "XAUTOCLAIM's min-idle-time (Redis Streams has no visibility timeout)",
+    ),
+    (
+        "provider_unreachable",
+        "provider_outcome_unknown (the provider may have charged)",
+    ),
+    ("today", "\"in this run\""),
 ];
 
 /// The labels that must read as the seeds write them.
@@ -260,6 +323,41 @@ fn violations(key: &str, text: &str) -> Vec<String> {
         }
     }
 
+    let text_low: String = low.iter().collect();
+    for (phrase, instead) in PHRASES {
+        if let Some(at) = text_low.find(phrase) {
+            let start = text_low[..at].chars().count();
+            flag(
+                start,
+                start + phrase.chars().count(),
+                &format!("«{phrase}» → {instead}"),
+            );
+        }
+    }
+    for (start, end) in words(&low) {
+        let word: String = low[start..end].iter().collect();
+        if let Some((_, instead)) = SENTENCE_OPENERS.iter().find(|(w, _)| *w == word)
+            && opens_sentence(&chars, start)
+        {
+            flag(
+                start,
+                end,
+                &format!("«{word}…» at a sentence's start → {instead}"),
+            );
+        }
+    }
+    if key.starts_with("quiz_answers.")
+        && let Some(first) = text.trim_start().chars().next()
+        && first.is_lowercase()
+        && first.is_alphabetic()
+    {
+        flag(
+            0,
+            1,
+            "a model answer stands alone (under «Ответ»): a capital first",
+        );
+    }
+
     // Texts shown right after a label and a colon start in lower case.
     let after_a_colon = AFTER_A_COLON.iter().any(|p| key.starts_with(p))
         || (key.starts_with("predict") && key.ends_with(".question"));
@@ -276,6 +374,40 @@ fn violations(key: &str, text: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// Every English glossary violation in one text.
+fn english_violations(text: &str) -> Vec<String> {
+    let low = text.to_lowercase();
+    ENGLISH_PHRASES
+        .iter()
+        .filter(|(phrase, _)| {
+            low.match_indices(phrase).any(|(at, _)| {
+                // Whole words only: "lapse" is not "collapse".
+                let before = low[..at].chars().next_back();
+                !before.is_some_and(char::is_alphabetic)
+            })
+        })
+        .map(|(phrase, instead)| format!("\"{phrase}\" → {instead}"))
+        .collect()
+}
+
+#[test]
+fn english_texts_follow_the_glossary() {
+    let mut problems = Vec::new();
+    for (name, path) in text_files("en.toml") {
+        for (key, text) in catalogue(&name, Lang::En, &path) {
+            for problem in english_violations(&text) {
+                problems.push(format!("scenarios/{name}/en.toml: `{key}`: {problem}"));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} glossary problem(s):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 #[test]
@@ -360,7 +492,23 @@ fn the_glossary_catches_what_it_forbids() {
     assert!(caught("label.your_answer", "Ваш ответ"));
     assert!(caught("reveal", "Ответ: Всего отчётов 2."));
     assert!(caught("predict.question", "Что получит воркер B?"));
-    assert!(caught("quiz_answers.0", "Нет: attempts считает попытки."));
+    assert!(caught("quiz_answers.0", "нет: attempts считает попытки."));
+    assert!(!caught("quiz_answers.0", "Нет: attempts считает попытки."));
+    assert!(caught("explain", "Провайдер переходит на удаление дублей."));
+    assert!(caught("explain", "когда истекает таймаут видимости"));
+    assert!(caught("explain", "Сегодня два ответа потеряются."));
+    assert!(!caught("explain", "Было это не сегодня."));
+    assert!(caught("step.x", "(toxic latency на потоке downstream)"));
+    assert!(caught("explain", "исход — «unknown», а не «fail»"));
+    assert!(caught("docs.x", "Диаграмму рисует лаборатория."));
+    assert!(
+        !english_violations("The lease expires.")
+            .iter()
+            .any(|_| true)
+    );
+    assert!(!english_violations("the lease lapsed").is_empty());
+    assert!(!english_violations("a visibility timeout").is_empty());
+    assert!(english_violations("a collapse").is_empty());
     assert!(!caught("story", "Клиент одного арендатора платит."));
     assert!(!caught(
         "reveal",

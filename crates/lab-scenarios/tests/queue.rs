@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lab_infra::{Needs, ServerOptions, Servers};
-use lab_scenarios::chain::queue::{InvoiceJob, Queue, VISIBILITY_TIMEOUT};
+use lab_scenarios::chain::queue::{CLAIM_MIN_IDLE, InvoiceJob, Queue};
 
 fn job(version: u32) -> InvoiceJob {
     InvoiceJob {
@@ -64,7 +64,7 @@ async fn what_is_not_acknowledged_comes_back_with_its_delivery_count() {
 
     // The timeout passes (simulated): the entry is redelivered to b, count 2, same entry.
     queue
-        .age(&pending[0], VISIBILITY_TIMEOUT + Duration::from_secs(1))
+        .age(&pending[0], CLAIM_MIN_IDLE + Duration::from_secs(1))
         .await
         .unwrap();
     let redelivered = again.reclaim("b").await.unwrap().expect("a redelivery");

@@ -11,7 +11,7 @@
 //! | the same key while the first call still charges  | 409 `{"error": "payment_in_progress"}`, `Retry-After: 1` |
 //! | the same key, another amount, order or currency  | 422 `{"error": "idempotency_key_reused"}`           |
 //! | a key that is empty, blank, has `:`, > 255 chars | 400 `{"error": "invalid_idempotency_key"}`, before the coordinator |
-//! | the provider's answer lost                       | 502 `{"error": "provider_unreachable"}`: the outcome is unknown |
+//! | the provider's answer lost                       | 502 `{"error": "provider_outcome_unknown"}`: the outcome is unknown |
 //! | Redis down, fail-closed policy                   | 503 `{"error": "idempotency_unavailable"}`, nothing charged |
 //!
 //! The coordinator call is the lesson's `charge_once`: operation `payment.charge.<tenant hex>`
@@ -60,6 +60,12 @@ pub const NAME: &str = "payments";
 /// Checkpoint: the key is reserved (or the call runs unprotected) and the provider is about to
 /// be called. A scenario holds a first call here to send a second one "while it charges".
 pub const IN_ACTION: &str = "payments.in_action";
+
+/// Checkpoint: a call met another call's reservation of its key (idempotency-kit's "in
+/// flight"), whatever the mode then does with it: raise answers 409, wait polls. Reached from a
+/// task of its own, so a notice installed here tells a scenario "the duplicate is waiting"
+/// without holding anything.
+pub const MET_IN_FLIGHT: &str = "payments.met_in_flight";
 
 /// How long a payment's result is kept: an hour, as in the lesson.
 pub const RESULT_TTL: Duration = Duration::from_secs(3600);
@@ -117,6 +123,31 @@ pub struct Payment {
     pub currency: String,
 }
 
+/// What a call does when its key is reserved by a call still running: idempotency-kit's
+/// `in_flight`. The lesson's service uses `raise`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlightName {
+    /// Answer at once: 409 `payment_in_progress` with `Retry-After`.
+    #[default]
+    Raise,
+    /// Wait for the first call's result, at most one lease; a key freed meanwhile (the first
+    /// call failed, or its lease expired) is reserved, and the action runs again.
+    Wait,
+    /// No reservation: read, run, store if the key is still free. Duplicates run side by side.
+    Run,
+}
+
+impl From<InFlightName> for InFlight {
+    fn from(mode: InFlightName) -> InFlight {
+        match mode {
+            InFlightName::Raise => InFlight::Raise,
+            InFlightName::Wait => InFlight::Wait,
+            InFlightName::Run => InFlight::Run,
+        }
+    }
+}
+
 /// Which coordinator policy the service uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -142,6 +173,8 @@ pub struct PaymentConfig {
     /// (`idem::Policy::resend_on_dropped`); `false` is the broken design of a client that does
     /// not reconnect and retry, which leaves the first payment after a blip unprotected.
     pub resend_on_dropped: bool,
+    /// What a call does when another call holds its key (`raise` in the lesson).
+    pub in_flight: InFlightName,
 }
 
 impl Default for PaymentConfig {
@@ -152,6 +185,7 @@ impl Default for PaymentConfig {
             lease_ms: DEFAULT_LEASE.as_millis() as u64,
             command_timeout_ms: DEFAULT_COMMAND_TIMEOUT.as_millis() as u64,
             resend_on_dropped: true,
+            in_flight: InFlightName::Raise,
         }
     }
 }
@@ -170,6 +204,8 @@ pub struct PaymentChange {
     pub command_timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resend_on_dropped: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<InFlightName>,
 }
 
 impl crate::api::ConfigRequest for PaymentChange {
@@ -177,13 +213,14 @@ impl crate::api::ConfigRequest for PaymentChange {
 }
 
 impl PaymentConfig {
-    /// The coordinator policy these switches mean: the lesson's `in_flight="raise"` either way.
+    /// The coordinator policy these switches mean (the lesson's `in_flight="raise"` unless
+    /// `PUT /config` chose another mode).
     pub fn policy(&self) -> Policy {
         let base = match self.policy {
             PolicyName::Compatible => Policy::compatible(),
             PolicyName::Hardened => Policy::hardened(),
         };
-        base.in_flight(InFlight::Raise)
+        base.in_flight(self.in_flight.into())
             .lease(Duration::from_millis(self.lease_ms))
             .command_timeout(Duration::from_millis(self.command_timeout_ms))
             .resend_on_dropped(self.resend_on_dropped)
@@ -486,9 +523,15 @@ impl Payments {
         let policy = config.policy();
         let bound = policy.command_timeout;
         let heard = heard.clone();
+        let checkpoints = self.checkpoints.clone();
         Coordinator::new(self.redis.clone(), policy)
             .with_prefix(self.prefix.clone())
             .with_observer(move |event| {
+                if matches!(event.kind, EventKind::InFlight) {
+                    // The observer cannot wait; the checkpoint is reached beside the call.
+                    let checkpoints = checkpoints.clone();
+                    tokio::spawn(async move { checkpoints.reached(MET_IN_FLIGHT).await });
+                }
                 if let Some(msg) = narrate(&event.kind, event.key, bound) {
                     heard.lock().push(msg);
                 }
@@ -522,7 +565,7 @@ impl From<idem::Error<ChargeError>> for ApiError {
             ),
             idem::Error::Action(ChargeError::Unreachable(reason)) => ApiError::client(
                 StatusCode::BAD_GATEWAY,
-                "provider_unreachable",
+                "provider_outcome_unknown",
                 format!(
                     "no answer from the payment provider ({reason}): the charge may or may not have happened; retry with the same key"
                 ),
@@ -611,6 +654,9 @@ async fn set_config(
     }
     if let Some(resend) = change.resend_on_dropped {
         config.resend_on_dropped = resend;
+    }
+    if let Some(mode) = change.in_flight {
+        config.in_flight = mode;
     }
     Ok(Json(*config))
 }

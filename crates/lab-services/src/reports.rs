@@ -19,12 +19,14 @@
 //! yet" and both insert.
 //!
 //! Other endpoints: `GET /reports` (count and rows: the service's own view, used for facts),
-//! `GET /reports/{id}`, `GET /health`.
+//! `GET /reports/{id}`, `GET /health`, and `GET`/`PUT /config`, the one switch a story turns:
+//! whether a request's work outlives a client that went away (`finish_after_disconnect`, on by
+//! default) or is cancelled with it, as a plain axum handler is.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use lab_core::{Checkpoints, Msg};
 use lab_infra::Needs;
@@ -32,6 +34,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
@@ -132,6 +136,30 @@ pub struct ReportService {
     checkpoints: Checkpoints,
     /// Where each create request's work runs, so it outlives a client that gave up.
     tasks: TaskTracker,
+    /// `PUT /config`'s switch: run the work in a task of its own (`true`), or in the request's
+    /// future, which hyper drops when the client's connection closes (`false`).
+    finish_after_disconnect: Arc<AtomicBool>,
+}
+
+/// The service's switches (`GET`/`PUT /config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportConfig {
+    /// A create request's work finishes even when its client has gone (it runs in a task of its
+    /// own); `false` cancels it with the request, rolling back what it has not committed.
+    pub finish_after_disconnect: bool,
+}
+
+/// A change to the switches (`PUT /config`): only the fields given change.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportChange {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_after_disconnect: Option<bool>,
+}
+
+impl crate::api::ConfigRequest for ReportChange {
+    type Config = ReportConfig;
 }
 
 /// The request body of `POST /reports`. An unknown field is refused (422), not ignored: a client
@@ -158,6 +186,7 @@ impl ReportService {
             voice: env.voice,
             checkpoints: env.checkpoints,
             tasks: env.tasks,
+            finish_after_disconnect: Arc::new(AtomicBool::new(true)),
         })
     }
 
@@ -167,6 +196,7 @@ impl ReportService {
             .route("/reports", post(create_report).get(list_reports))
             .route("/reports/{id}", get(get_report))
             .route("/naive/reports", post(create_report_naive))
+            .route("/config", put(set_config).get(get_config))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
@@ -256,8 +286,11 @@ fn created(status: StatusCode, report_id: i64, replayed: bool) -> Response {
 ///
 /// The work runs in a task of its own: if the client goes away (a timeout, a dropped
 /// connection), hyper drops the request's future, and without the task the transaction would be
-/// cancelled with it. A real server finishes what it started whether or not anyone is still
-/// listening, and that is exactly why a timeout tells the client nothing about the outcome.
+/// cancelled with it. Whether a server finishes what it started once nobody is listening is the
+/// server's choice (axum and hyper cancel; FastAPI on uvicorn lets a running endpoint finish),
+/// and the client cannot tell which it got: that is why a timeout tells it nothing about the
+/// outcome. `PUT /config {"finish_after_disconnect": false}` runs the work in the request's
+/// future instead, so the `timeout` scenario can show both.
 async fn create_report(
     State(service): State<ReportService>,
     headers: HeaderMap,
@@ -265,6 +298,9 @@ async fn create_report(
 ) -> Result<Response, ApiError> {
     validate(&req)?;
     let key = idempotency_key(&headers)?;
+    if !service.finish_after_disconnect.load(Ordering::SeqCst) {
+        return create_report_to_the_end(service, key, req).await;
+    }
     let tasks = service.tasks.clone();
     tasks
         .spawn(create_report_to_the_end(service, key, req).in_current_span())
@@ -277,6 +313,24 @@ async fn create_report(
                 "the service could not finish this request; retry with the same key",
             ))
         })
+}
+
+async fn set_config(
+    State(service): State<ReportService>,
+    JsonBody(change): JsonBody<ReportChange>,
+) -> Json<ReportConfig> {
+    if let Some(finish) = change.finish_after_disconnect {
+        service
+            .finish_after_disconnect
+            .store(finish, Ordering::SeqCst);
+    }
+    get_config(State(service)).await
+}
+
+async fn get_config(State(service): State<ReportService>) -> Json<ReportConfig> {
+    Json(ReportConfig {
+        finish_after_disconnect: service.finish_after_disconnect.load(Ordering::SeqCst),
+    })
 }
 
 #[tracing::instrument(name = "create_report", skip_all, fields(task_id = req.task_id, key = key.as_deref()))]

@@ -298,6 +298,9 @@ impl Hub {
 /// languages: every `web.*` key and the labels the narrative's blocks use.
 fn ui_texts(texts: &Texts) -> Value {
     const LABELS: &[&str] = &[
+        "outcome.ok",
+        "outcome.fail",
+        "outcome.unknown",
         "label.predict",
         "label.answer",
         "label.your_answer",

@@ -16,7 +16,11 @@
 //! | the send failed             | does not acknowledge: the job comes back later         |
 //!
 //! The coordinator runs in `raise` mode: a worker must not wait on another worker's send, it
-//! moves on and lets the queue bring the job back.
+//! moves on and leaves the job pending, for a worker to claim again later.
+//!
+//! Two broken designs run beside it ([`Design`]), so the class sees what each rule prevents: a
+//! key from the delivery (new on every delivery: a redelivery sends again) and an ack before the
+//! send (a worker that dies after acknowledging leaves nothing to redeliver: no email at all).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,6 +88,18 @@ pub enum Handled {
     Failed,
 }
 
+/// How a worker is written: the lesson's way, or one of the two mistakes the lesson warns about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Design {
+    /// Key from tenant, order and version; acknowledge after the result is stored.
+    #[default]
+    Lesson,
+    /// Key from the delivery (entry id and delivery count): a new key on every delivery.
+    KeyFromDelivery,
+    /// Acknowledge as soon as the job is received, before the send.
+    AckBeforeSend,
+}
+
 /// What an invoice worker is made of.
 pub struct WorkerConfig<C> {
     /// Its consumer name in the group, and its label in the story (`worker.<name>`).
@@ -97,6 +113,7 @@ pub struct WorkerConfig<C> {
     pub narrator: Narrator,
     pub checkpoints: Checkpoints,
     pub entries: Entries,
+    pub design: Design,
 }
 
 /// One invoice worker: a consumer of the queue, with its own coordinator.
@@ -110,6 +127,7 @@ pub struct InvoiceWorker<C> {
     narrator: Narrator,
     checkpoints: Checkpoints,
     entries: Entries,
+    design: Design,
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
@@ -127,6 +145,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
             narrator: config.narrator,
             checkpoints: config.checkpoints,
             entries: config.entries,
+            design: config.design,
         }
     }
 
@@ -144,7 +163,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
         }
     }
 
-    /// Claims a job whose visibility timeout passed, if any, and handles it.
+    /// Claims a job that has been idle for at least the claim's min-idle-time, if any, and handles it.
     pub async fn take_redelivered(&self) -> redis::RedisResult<Option<Handled>> {
         match self.queue.reclaim(self.name).await? {
             Some(delivery) => Ok(Some(self.handle(&delivery).await)),
@@ -171,7 +190,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
             return self.reject(delivery, "ids_not_uuids").await;
         };
         let operation = format!("mail.invoice.{}", tenant.simple());
-        let key = format!("{}.v{}", order.simple(), job.invoice_version);
+        let key = match self.design {
+            Design::KeyFromDelivery => delivery.delivery_id(),
+            Design::Lesson | Design::AckBeforeSend => {
+                format!("{}.v{}", order.simple(), job.invoice_version)
+            }
+        };
+        if self.design == Design::AckBeforeSend {
+            // The mistake: the job is gone from the queue before anything was sent.
+            self.acknowledge(delivery).await;
+        }
         let fingerprint = idem::fingerprint_of(&json!({"email": job.email}));
         let request = Request::new(&operation, &key, RESULT_TTL).fingerprint(&fingerprint);
         let sent = self
@@ -198,16 +226,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
                 )
                 .await;
                 self.checkpoints.reached(BEFORE_ACK).await;
-                let acked = match self.queue.ack(&delivery.entry).await {
-                    Ok(()) => {
-                        self.tell(Msg::new("invoices.acked")).await;
-                        true
-                    }
-                    Err(_) => {
-                        self.tell(Msg::new("invoices.ack_failed")).await;
-                        false
-                    }
-                };
+                let acked =
+                    self.design == Design::AckBeforeSend || self.acknowledge(delivery).await;
                 if replayed {
                     Handled::Replayed { email_id, acked }
                 } else {
@@ -223,6 +243,20 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
             Err(_) => {
                 self.tell(Msg::new("invoices.failed")).await;
                 Handled::Failed
+            }
+        }
+    }
+
+    /// `XACK`s the delivery's entry, and says whether Redis confirmed it.
+    async fn acknowledge(&self, delivery: &Delivery) -> bool {
+        match self.queue.ack(&delivery.entry).await {
+            Ok(()) => {
+                self.tell(Msg::new("invoices.acked")).await;
+                true
+            }
+            Err(_) => {
+                self.tell(Msg::new("invoices.ack_failed")).await;
+                false
             }
         }
     }

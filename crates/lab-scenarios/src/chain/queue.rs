@@ -3,20 +3,21 @@
 //! Jobs are entries of a stream (`XADD`). Workers read them through a consumer group
 //! (`XREADGROUP … >`): each entry goes to one worker and stays in the group's *pending entries
 //! list* until that worker acknowledges it (`XACK`). A worker that crashes, or whose ack is lost,
-//! leaves its entry pending; once the entry has been idle longer than the visibility timeout,
-//! another worker claims it (`XAUTOCLAIM`) and it is delivered again, its delivery count one
-//! higher. That is at-least-once delivery: nothing is lost, and anything may come twice. A job
+//! leaves its entry pending, and it stays pending: Redis Streams has no visibility timeout and
+//! redelivers nothing by itself. Another worker must claim it (`XAUTOCLAIM` with a min-idle-time:
+//! only entries idle at least that long), and then it is delivered again, to that worker, with its
+//! delivery count one higher and the same entry id. That is at-least-once delivery: nothing is lost, and anything may come twice. A job
 //! that can never succeed goes to a dead-letter stream with its reason, and is acknowledged.
 //!
 //! ```text
 //! XADD jobs * job {…}            publish
 //! XREADGROUP GROUP g w1 … >      deliver a new entry to worker w1 (pending, count 1)
 //! XACK jobs g <id>               done: no longer pending
-//! XAUTOCLAIM jobs g w2 <idle> …  redeliver an entry idle past the timeout to w2 (count + 1)
+//! XAUTOCLAIM jobs g w2 <idle> …  claim an entry idle ≥ <idle> ms for w2 (count + 1)
 //! XADD jobs:dead * …; XACK       give up on a job, with its reason
 //! ```
 //!
-//! Every key lives under the run's prefix. Waiting out the visibility timeout is simulated, as
+//! Every key lives under the run's prefix. Waiting out the min-idle-time is simulated, as
 //! the lab's leases are: [`Queue::age`] sets an entry's idle time (`XCLAIM … IDLE … JUSTID`,
 //! which changes nothing else) instead of waiting.
 
@@ -26,8 +27,9 @@ use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 use serde::{Deserialize, Serialize};
 
-/// How long a delivered entry may stay unacknowledged before another worker may claim it.
-pub const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(30);
+/// XAUTOCLAIM's min-idle-time: how long a delivered entry must stay unacknowledged before
+/// another worker may claim it.
+pub const CLAIM_MIN_IDLE: Duration = Duration::from_secs(30);
 
 /// An invoice job, as the lesson defines it (the delivery id is the queue's, see [`Delivery`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,7 +169,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
         self.delivered(entry).await
     }
 
-    /// Claims for `consumer` the oldest entry idle for longer than the visibility timeout: its
+    /// Claims for `consumer` the oldest entry idle for at least [`CLAIM_MIN_IDLE`]: its
     /// redelivery.
     #[tracing::instrument(level = "debug", skip_all)]
     pub async fn reclaim(&self, consumer: &str) -> RedisResult<Option<Delivery>> {
@@ -175,7 +177,7 @@ impl<C: ConnectionLike + Clone + Send> Queue<C> {
             .arg(&self.stream)
             .arg(&self.group)
             .arg(consumer)
-            .arg(VISIBILITY_TIMEOUT.as_millis() as u64)
+            .arg(CLAIM_MIN_IDLE.as_millis() as u64)
             .arg("0-0")
             .arg("COUNT")
             .arg(1)

@@ -8,18 +8,25 @@
 //! 1. Worker A sends invoice v1 (em_1); the coordinator stores the result; then its `XACK` is
 //!    lost: the lab takes the workers' Redis link off the network at that exact moment (a
 //!    checkpoint before the ack), and puts it back after.
-//! 2. The visibility timeout passes (simulated: the entry's idle time is set) and worker B claims
+//! 2. The entry stays pending until worker B claims it with `XAUTOCLAIM` once it has been idle
+//!    for the min-idle-time (simulated: the entry's idle time is set); B claims
 //!    the entry (`XAUTOCLAIM`, delivery 2, a new delivery id): the coordinator replays em_1,
 //!    nothing is mailed, B acknowledges.
 //! 3. Invoice v2 is published twice (the producer retried its publish). Worker A's send is held
 //!    inside the mailer call; worker B gets the duplicate, meets the in-progress reservation, and
 //!    does not acknowledge. A finishes (em_2) and acknowledges its entry.
-//! 4. The duplicate comes back after its timeout: worker A replays em_2 and acknowledges.
+//! 4. The duplicate is claimed again once idle: worker A replays em_2 and acknowledges.
 //! 5. Invoice v1 again, to another recipient: the fingerprint refuses it; the job goes to the
 //!    dead-letter stream with its reason.
 //!
+//! Then two broken designs, each on a job of its own: a key from the delivery (worker A sends and
+//! dies before its ack; B claims the entry, its key is new, and the invoice goes out twice) and
+//! an ack before the send (A acknowledges and dies before sending: nothing stays pending, and no
+//! email goes out at all).
+//!
 //! Facts: `emails_sent` = 2, `v1_redelivery_email_id` = "em_1", `recipient_change_rejected` =
-//! true, `in_progress_not_acked` = true, `all_jobs_settled` = true.
+//! true, `in_progress_not_acked` = true, `all_jobs_settled` = true; `delivery_key_emails` = 2;
+//! `ack_first_pending` = 0, `ack_first_claimed_again` = false, `ack_first_emails` = 0.
 
 use std::time::Duration;
 
@@ -29,8 +36,8 @@ use lab_services::mailer;
 use lab_services::stage::REDIS_HOP;
 use serde::Deserialize;
 
-use super::invoices::{BEFORE_ACK, Entries, Handled, InvoiceWorker, SENDING, WorkerConfig};
-use super::queue::{InvoiceJob, Queue, VISIBILITY_TIMEOUT};
+use super::invoices::{BEFORE_ACK, Design, Entries, Handled, InvoiceWorker, SENDING, WorkerConfig};
+use super::queue::{CLAIM_MIN_IDLE, InvoiceJob, Queue};
 use crate::kit::payments::{ORDER, TENANT};
 use crate::kit::{Caller, redis};
 use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
@@ -67,32 +74,59 @@ struct Setup {
     a: InvoiceWorker<Conn>,
     b: InvoiceWorker<Conn>,
     entries: Entries,
+    /// Makes more workers of the same queue (the broken designs' sides).
+    workers: Workers,
+}
+
+/// What every worker of this run shares: the queue, the link, the mailer, the story.
+struct Workers {
+    queue: Queue<Conn>,
+    /// The workers' link to Redis: through the hop the lab can cut.
+    link: Conn,
+    key_prefix: String,
+    mailer_url: String,
+    narrator: lab_core::Narrator,
+    checkpoints: lab_core::Checkpoints,
+    entries: Entries,
+}
+
+impl Workers {
+    /// A worker of the queue, written as `design` says.
+    fn worker(&self, name: &'static str, design: Design) -> InvoiceWorker<Conn> {
+        InvoiceWorker::new(WorkerConfig {
+            name,
+            queue: self.queue.clone(),
+            conn: self.link.clone(),
+            key_prefix: self.key_prefix.clone(),
+            mailer_url: self.mailer_url.clone(),
+            narrator: self.narrator.clone(),
+            checkpoints: self.checkpoints.clone(),
+            entries: self.entries.clone(),
+            design,
+        })
+    }
 }
 
 async fn setup(ctx: &Ctx) -> Result<Setup, ScenarioError> {
-    let prefix = &ctx.space.prefix;
-    let inspector = Queue::open(ctx.redis()?, prefix, "invoices").await?;
+    let inspector = Queue::open(ctx.redis()?, &ctx.space.prefix, "invoices").await?;
     // The workers reach Redis the way the services do: through the link the lab can cut.
     let link = lab_services::spec::redis_connection(ctx.redis_link()?)?;
-    let mailer_url = ctx.service(&mailer::SPEC)?.url.clone();
     let entries = Entries::default();
-    let worker = |name| -> Result<InvoiceWorker<Conn>, ScenarioError> {
-        Ok(InvoiceWorker::new(WorkerConfig {
-            name,
-            queue: inspector.on(link.clone()),
-            conn: link.clone(),
-            key_prefix: format!("{prefix}{}", idem::DEFAULT_PREFIX),
-            mailer_url: mailer_url.clone(),
-            narrator: ctx.narrator.clone(),
-            checkpoints: ctx.checkpoints.clone(),
-            entries: entries.clone(),
-        }))
+    let workers = Workers {
+        queue: inspector.on(link.clone()),
+        link,
+        key_prefix: format!("{}{}", ctx.space.prefix, idem::DEFAULT_PREFIX),
+        mailer_url: ctx.service(&mailer::SPEC)?.url.clone(),
+        narrator: ctx.narrator.clone(),
+        checkpoints: ctx.checkpoints.clone(),
+        entries: entries.clone(),
     };
     Ok(Setup {
-        a: worker("a")?,
-        b: worker("b")?,
+        a: workers.worker("a", Design::Lesson),
+        b: workers.worker("b", Design::Lesson),
         inspector,
         entries,
+        workers,
     })
 }
 
@@ -174,11 +208,11 @@ async fn show_emails(ctx: &Ctx) -> Result<usize, ScenarioError> {
     Ok(sent.len())
 }
 
-/// Simulated time: every pending entry looks idle past the visibility timeout.
+/// Simulated time: every pending entry looks idle for longer than XAUTOCLAIM's min-idle-time.
 async fn timeout_passes(s: &Setup) -> Result<(), ScenarioError> {
     for pending in s.inspector.pending().await? {
         s.inspector
-            .age(&pending, VISIBILITY_TIMEOUT + Duration::from_secs(1))
+            .age(&pending, CLAIM_MIN_IDLE + Duration::from_secs(1))
             .await?;
     }
     Ok(())
@@ -200,6 +234,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     show_pending(ctx, &s).await?;
     another_recipient(ctx, &s).await?;
     settled(ctx, &s).await?;
+    key_from_delivery(ctx, &s).await?;
+    ack_before_send(ctx, &s).await?;
     ctx.narrator.explain();
     ctx.narrator.quiz();
     Ok(())
@@ -311,6 +347,66 @@ async fn settled(ctx: &Ctx, s: &Setup) -> ScenarioResult {
             .arg("undelivered", undelivered)
             .arg("emails", sent),
     );
+    Ok(())
+}
+
+/// The order of the broken designs' jobs: another order, so their keys are their own.
+const OTHER_ORDER: &str = "5d2a9e61-3c4b-4f0e-9a7d-2b8c1e6f4a90";
+
+fn job_of_other_order(version: u32) -> InvoiceJob {
+    InvoiceJob {
+        order_id: OTHER_ORDER.to_string(),
+        ..job(version, ANNA)
+    }
+}
+
+/// A broken design: the key comes from the delivery. Worker A sends and dies before its ack;
+/// worker B claims the entry again, and its key is new: the invoice is sent a second time.
+async fn key_from_delivery(ctx: &Ctx, s: &Setup) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.delivery_key");
+    let a = s.workers.worker("a", Design::KeyFromDelivery);
+    let b = s.workers.worker("b", Design::KeyFromDelivery);
+    n.step("step.delivery_key_publish").await?;
+    let before = emails(ctx).await?.len();
+    publish(ctx, s, &job_of_other_order(1)).await?;
+    n.step("step.delivery_key_a_sends").await?;
+    ctx.hold(BEFORE_ACK).call(a.take_new()).await?.crash();
+    n.note("note.crashed_before_ack");
+    show_pending(ctx, s).await?;
+    n.predict("predict_delivery_key").await?;
+    n.step("step.delivery_key_claimed").await?;
+    timeout_passes(s).await?;
+    b.take_redelivered().await?;
+    show_pending(ctx, s).await?;
+    let sent = show_emails(ctx).await? - before;
+    n.fact("delivery_key_emails", sent);
+    n.reveal(Msg::new("reveal_delivery_key").arg("emails", sent))
+        .await?;
+    Ok(())
+}
+
+/// A broken design: the ack comes first. Worker A acknowledges, then dies before the send;
+/// nothing is pending, nothing is claimed again, and no email goes out.
+async fn ack_before_send(ctx: &Ctx, s: &Setup) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.ack_first");
+    let a = s.workers.worker("a", Design::AckBeforeSend);
+    n.step("step.ack_first_publish").await?;
+    let before = emails(ctx).await?.len();
+    publish(ctx, s, &job_of_other_order(2)).await?;
+    n.step("step.ack_first_a").await?;
+    ctx.hold(SENDING).call(a.take_new()).await?.crash();
+    n.note("note.crashed_before_send");
+    let pending = show_pending(ctx, s).await?;
+    n.step("step.ack_first_later").await?;
+    timeout_passes(s).await?;
+    let claimed = s.b.take_redelivered().await?;
+    let sent = show_emails(ctx).await? - before;
+    n.fact("ack_first_pending", pending.len());
+    n.fact("ack_first_claimed_again", claimed.is_some());
+    n.fact("ack_first_emails", sent);
+    n.note(Msg::new("note.ack_first").arg("emails", sent));
     Ok(())
 }
 

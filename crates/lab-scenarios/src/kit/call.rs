@@ -5,7 +5,8 @@
 //! | what happened on the wire                          | outcome   | why it is that              |
 //! |----------------------------------------------------|-----------|-----------------------------|
 //! | an answer with a 2xx status                        | `ok`      | the service says it is done |
-//! | an answer with any other status (409, 422, 502, …) | `fail`    | a definite answer: not done, or done and refused again (the body says which) |
+//! | 502 or 504 from a service that calls another       | `unknown` | a gateway's "my upstream gave no usable answer": the work behind it may have been done |
+//! | an answer with any other status (409, 422, 503, …) | `fail`    | a definite answer from the service itself: not done, or done and refused again (the body says which) |
 //! | the connection was refused                         | `fail`    | no request reached the service |
 //! | no connection within the client's time             | `fail`    | no request reached the service |
 //! | connected and sent, no answer within the time      | `unknown` | the request may have reached it, and it may have done the work |
@@ -125,10 +126,12 @@ pub fn classify(exchange: Exchange) -> Answer {
             replayed,
             body,
         } => Answer {
-            outcome: if (200..300).contains(&status) {
-                Outcome::Ok
-            } else {
-                Outcome::Fail
+            outcome: match status {
+                200..=299 => Outcome::Ok,
+                // Bad Gateway, Gateway Timeout: the service did not finish the call it made, so
+                // it cannot say whether the effect behind it happened.
+                502 | 504 => Outcome::Unknown,
+                _ => Outcome::Fail,
             },
             status: Some(status),
             retry_after,
@@ -156,12 +159,14 @@ impl Answer {
         self.status.unwrap_or_default()
     }
 
-    /// How the narrator shows it: the body as received, except that a refusal is shown by its
-    /// error code alone (the service's message is English prose; the narrative tells what it
-    /// means in the learner's language).
+    /// How the narrator shows it: the body as received, except that an error answer is shown by
+    /// its error code alone (the service's message is English prose, and may name a port of
+    /// this run; the narrative tells what it means in the learner's language).
     pub fn view(&self) -> CallView {
         let body = match (self.outcome, self.error_code()) {
-            (Outcome::Fail, Some(code)) => Some(serde_json::json!({ "error": code }).to_string()),
+            (Outcome::Fail | Outcome::Unknown, Some(code)) => {
+                Some(serde_json::json!({ "error": code }).to_string())
+            }
             _ => self.body.clone(),
         };
         CallView {

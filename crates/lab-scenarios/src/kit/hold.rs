@@ -84,6 +84,51 @@ impl<F: Future> Held<F> {
         hold.release();
         call.await
     }
+
+    /// The caller dies where it is held (a worker process that crashes): its future is dropped
+    /// without running another step, then the checkpoint is cleared.
+    pub fn crash(self) {
+        let Held { hold, call } = self;
+        drop(call);
+        drop(hold);
+    }
+
+    /// The client gives up: it waits `patience` for an answer while the service holds the
+    /// call, then abandons the call (its connection closes, as a client timeout closes it).
+    /// The service's handler is still held; what happens to it is the server's choice. The
+    /// patience is the client's own timer, not an ordering: the hold orders the story.
+    pub async fn give_up_after(mut self, patience: Duration) -> Result<StillHeld, ScenarioError> {
+        self.meanwhile(tokio::time::sleep(patience)).await?;
+        let Held { hold, call } = self;
+        drop(call);
+        Ok(StillHeld { hold })
+    }
+}
+
+/// A handler still held at a checkpoint after its client went away: made by
+/// [`Held::give_up_after`]. Dropping it releases the handler.
+#[must_use = "the handler stays held until released"]
+pub struct StillHeld {
+    hold: checkpoint::Hold,
+}
+
+impl StillHeld {
+    /// Waits until the server has cancelled the held handler (dropped its work because the
+    /// client's connection closed), within [`HOLD_LIMIT`]. A server that keeps the work going
+    /// never gets here: a broken script, said as such.
+    pub async fn cancelled(&self) -> Result<(), ScenarioError> {
+        self.hold.abandoned(HOLD_LIMIT).await.map_err(|missed| {
+            ScenarioError::Broken(format!(
+                "the handler held at {} was not cancelled when its client left",
+                missed.point
+            ))
+        })
+    }
+
+    /// Lets the handler go on.
+    pub fn release(self) {
+        self.hold.release();
+    }
 }
 
 /// Tells when a call has passed a checkpoint (it is not held): [`crate::Ctx::notice`].

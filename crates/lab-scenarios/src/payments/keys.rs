@@ -11,13 +11,18 @@
 //! 409 `payment_in_progress` with `Retry-After: 1`. The first then finishes, and a third call
 //! replays its Charge.
 //!
-//! Broken side: without the 400 guard, the compatible coordinator (idempotency-kit 0.4.1) runs the
-//! action unprotected for an invalid key and stores nothing, so each retry charges again.
+//! Then the same overlap under the two other in-flight modes, `wait` and `run`
+//! ([`super::in_flight_modes`]).
+//!
+//! Broken side: without the 400 guard, the coordinator's compatible policy (as idempotency-kit
+//! 0.4.1) runs the action unprotected for an invalid key and stores nothing, so each retry
+//! charges again.
 //!
 //! Facts: `replay_same_charge` = true, `changed_amount_status` = 422, `new_key_new_charge` =
 //! true, `invalid_key_statuses` = [400, 400, 400], `in_flight_status` = 409,
 //! `in_flight_retry_after` = "1", `k3_replay_same_charge` = true, `provider_charges` = 3 (the
-//! guarded side), `invalid_key_unguarded_charges` = 2.
+//! guarded side), `invalid_key_unguarded_charges` = 2; the modes' facts are in
+//! [`super::in_flight_modes`].
 
 use lab_core::Msg;
 use lab_services::payments::{self, IN_ACTION, PaymentChange};
@@ -78,6 +83,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     one_key_per_payment(ctx).await?;
     invalid_keys_refused(ctx).await?;
     in_flight(ctx).await?;
+    super::in_flight_modes::side(ctx).await?;
     unguarded_side(ctx).await?;
     ctx.narrator.explain();
     ctx.narrator.quiz();

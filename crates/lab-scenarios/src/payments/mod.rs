@@ -12,6 +12,7 @@
 
 // The scenarios of this lesson, one module each (its folder under `scenarios/` has the same
 // name, with `-` for `_`).
+mod in_flight_modes;
 pub mod keys;
 pub mod provider_lost;
 pub mod redis_down;

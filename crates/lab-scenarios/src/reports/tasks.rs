@@ -11,7 +11,7 @@ use sqlx::PgPool;
 /// How long a claim holds a task before another worker may take it over.
 pub const LEASE: Duration = Duration::from_secs(30);
 
-/// A task row, with the lease shown relative to the database's clock (`> now()` or `< now()`),
+/// A task row, with the lease shown relative to the database's clock (`> clock_timestamp()` or `<= clock_timestamp()`, the clock the lease's WHERE uses),
 /// so the narrative does not depend on when it runs.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct TaskRow {
@@ -91,6 +91,35 @@ pub async fn complete_task(
     Ok(accepted)
 }
 
+/// The broken design `lease-stale` runs beside the right one: a completion that checks the
+/// lease and the status but not `attempts`. With `strict_lease` it accepts any worker while the
+/// task's lease is live, and after a reclaim the lease is the new worker's, so a stale worker's
+/// result is accepted; without it, whoever completes first wins. Never use it: it is here so
+/// the class sees what the fencing token prevents.
+#[tracing::instrument(skip(pool))]
+pub async fn complete_task_without_fencing(
+    pool: &PgPool,
+    task_id: i64,
+    report_id: i64,
+    strict_lease: bool,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE tasks
+            SET status = 'completed', report_id = $2, lease_until = NULL
+          WHERE id = $1
+            AND status = 'processing'
+            AND (NOT $3 OR lease_until > clock_timestamp())",
+    )
+    .bind(task_id)
+    .bind(report_id)
+    .bind(strict_lease)
+    .execute(pool)
+    .await?;
+    let accepted = done.rows_affected() == 1;
+    tracing::info!(accepted, "completion without fencing");
+    Ok(accepted)
+}
+
 /// Simulated time: moves the lease into the past instead of waiting 30 seconds. The narrative
 /// says so whenever a scenario uses it.
 #[tracing::instrument(skip(pool))]
@@ -111,8 +140,8 @@ pub async fn task(pool: &PgPool, task_id: i64) -> Result<TaskRow, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, status, attempts,
                 CASE WHEN lease_until IS NULL THEN NULL
-                     WHEN lease_until > clock_timestamp() THEN '> now()'
-                     ELSE '< now()' END AS lease,
+                     WHEN lease_until > clock_timestamp() THEN '> clock_timestamp()'
+                     ELSE '<= clock_timestamp()' END AS lease,
                 report_id
            FROM tasks WHERE id = $1",
     )

@@ -13,20 +13,33 @@
 //! up to the server, and the client cannot tell), and the scenario tells what the client saw
 //! only once the service has reached its `answered` checkpoint.
 //!
+//! The third side puts the delay before the COMMIT: the service holds the request inside its
+//! transaction (the INSERT done, not committed) while the client gives up. What is left depends
+//! on the server, and the client cannot tell which it got: a handler cancelled with its request
+//! (as axum's is) rolls back, and the retry creates the report; a handler that finishes in a
+//! task of its own commits after the client left, and the retry gets that report. With the
+//! first side, those are the three outcomes an `unknown` can hide.
+//!
 //! Facts: `first_outcome` = "unknown", `reports_after_timeout` = 1, `retry_while_slow_outcome` =
 //! "unknown", `retry_status` = 200, `same_report_id` = true, `reports_total` = 1, `task_status`
-//! = "completed", `keyless_retry_reports_total` = 2.
+//! = "completed", `keyless_retry_reports_total` = 2; before the COMMIT:
+//! `cancelled_outcome` = "unknown", `cancelled_reports_after_timeout` = 0,
+//! `cancelled_retry_status` = 201, `cancelled_reports_total` = 1, `finishing_outcome` =
+//! "unknown", `finishing_reports_after_timeout` = 0, `finishing_reports_after_commit` = 1,
+//! `finishing_retry_status` = 200, `finishing_retry_same_report` = true.
 
 use std::time::Duration;
 
 use lab_core::Msg;
-use lab_services::reports::{self, ANSWERED};
+use lab_services::reports::{self, AFTER_INSERT, ANSWERED, COMMITTED, ReportChange};
 use lab_services::stage::ServiceHandle;
 
 use super::{
     REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, created, post_report,
     report_service, request_msg, reset_tables, seed_and_claim_a, send_post, show_reports,
 };
+use crate::kit::call::{Exchange, classify};
+use crate::kit::hold::StillHeld;
 use crate::kit::{Answer, Caller, Knob};
 use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
 
@@ -74,6 +87,11 @@ async fn call_through_slow_hop(
     Ok(answer)
 }
 
+/// An answer's outcome as the narrative's language labels it (`outcome.unknown`: «неизвестно»).
+fn outcome_label(answer: &Answer) -> Msg {
+    Msg::new(format!("outcome.{}", answer.outcome.word()))
+}
+
 /// The two timings of the story: how long the proxy holds each answer, how long the client
 /// waits.
 #[derive(Clone, Copy)]
@@ -91,6 +109,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     keyed(ctx, timing).await?;
     ctx.narrator.side("side.keyless");
     keyless(ctx, timing).await?;
+    ctx.narrator.side("side.before_commit");
+    before_commit(ctx, timing).await?;
     ctx.narrator.explain();
     ctx.narrator.quiz();
     Ok(())
@@ -128,7 +148,7 @@ async fn keyed(ctx: &Ctx, timing: Timing) -> ScenarioResult {
     n.fact("reports_after_timeout", reports_after_timeout);
     n.reveal(
         Msg::new("reveal")
-            .arg("outcome", first.outcome.word())
+            .arg("outcome", outcome_label(&first))
             .arg("reports", reports_after_timeout),
     )
     .await?;
@@ -138,7 +158,7 @@ async fn keyed(ctx: &Ctx, timing: Timing) -> ScenarioResult {
         .await?;
     let at_once = call_through_slow_hop(ctx, api, Some(STABLE_KEY), timing.client_timeout).await?;
     n.fact("retry_while_slow_outcome", at_once.outcome.word());
-    n.note(Msg::new("note.retry_at_once").arg("outcome", at_once.outcome.word()));
+    n.note(Msg::new("note.retry_at_once").arg("outcome", outcome_label(&at_once)));
 
     ctx.faults()?.remove(slow).await?;
     n.step(Msg::new("step.retry").arg("key", STABLE_KEY))
@@ -202,4 +222,125 @@ async fn keyless(ctx: &Ctx, timing: Timing) -> ScenarioResult {
     n.reveal(Msg::new("reveal_keyless").arg("reports", keyless))
         .await?;
     Ok(())
+}
+
+/// The third side: the client gives up while the service is still inside its transaction.
+/// First with a handler cancelled with its request, then with one that finishes on its own.
+async fn before_commit(ctx: &Ctx, timing: Timing) -> ScenarioResult {
+    let n = &ctx.narrator;
+    let api = report_service(ctx)?;
+    reset_tables(ctx).await?;
+    n.note("note.reset_tables");
+    let finishes = |on| ReportChange {
+        finish_after_disconnect: Some(on),
+    };
+
+    ctx.configure(&reports::SPEC, &finishes(false)).await?;
+    n.step(Msg::new("step.cancelling_handler").arg("timeout", timing.client_timeout))
+        .await?;
+    n.predict("predict_before_commit").await?;
+    n.step(Msg::new("step.post_before_commit").arg("key", STABLE_KEY))
+        .await?;
+    let (gave_up, held) = give_up_inside_the_transaction(ctx, api, timing.client_timeout).await?;
+    held.cancelled().await?;
+    drop(held);
+    n.note("note.handler_cancelled");
+    let after_timeout = count_reports(ctx).await?;
+    show_reports(ctx).await?;
+    n.step(Msg::new("step.retry_same_key").arg("key", STABLE_KEY))
+        .await?;
+    let retry = post_report(
+        ctx,
+        &Caller::waiting(RETRY_TIMEOUT),
+        api,
+        "a",
+        Some(STABLE_KEY),
+        REPORT_TYPE,
+    )
+    .await;
+    show_reports(ctx).await?;
+    let total = count_reports(ctx).await?;
+    n.fact("cancelled_outcome", gave_up.outcome.word());
+    n.fact("cancelled_reports_after_timeout", after_timeout);
+    n.fact("cancelled_retry_status", retry.status_or_zero());
+    n.fact("cancelled_reports_total", total);
+    n.reveal(
+        Msg::new("reveal_before_commit")
+            .arg("after_timeout", after_timeout)
+            .arg("status", retry.status_or_zero())
+            .arg("reports", total),
+    )
+    .await?;
+
+    reset_tables(ctx).await?;
+    ctx.configure(&reports::SPEC, &finishes(true)).await?;
+    n.step("step.finishing_handler").await?;
+    n.step(Msg::new("step.post_before_commit").arg("key", STABLE_KEY))
+        .await?;
+    let (gave_up, held) = give_up_inside_the_transaction(ctx, api, timing.client_timeout).await?;
+    let after_timeout = count_reports(ctx).await?;
+    n.note(Msg::new("note.not_committed_yet").arg("reports", after_timeout));
+    show_reports(ctx).await?;
+    let committed = ctx.notice(COMMITTED);
+    n.step("step.handler_finishes").await?;
+    held.release();
+    committed.passed().await?;
+    drop(committed);
+    let after_commit = count_reports(ctx).await?;
+    let rows = show_reports(ctx).await?;
+    n.step(Msg::new("step.retry_same_key").arg("key", STABLE_KEY))
+        .await?;
+    let retry = post_report(
+        ctx,
+        &Caller::waiting(RETRY_TIMEOUT),
+        api,
+        "a",
+        Some(STABLE_KEY),
+        REPORT_TYPE,
+    )
+    .await;
+    let same = created(&retry).map(|c| c.report_id) == rows.first().map(|r| r.id);
+    n.fact("finishing_outcome", gave_up.outcome.word());
+    n.fact("finishing_reports_after_timeout", after_timeout);
+    n.fact("finishing_reports_after_commit", after_commit);
+    n.fact("finishing_retry_status", retry.status_or_zero());
+    n.fact("finishing_retry_same_report", same);
+    n.note(
+        Msg::new("note.finishing")
+            .arg("after_commit", after_commit)
+            .arg("status", retry.status_or_zero()),
+    );
+    Ok(())
+}
+
+/// Worker A's POST, held by the service after its INSERT and before its COMMIT while the
+/// client waits `patience` and gives up. Returns what the client saw (no answer) and the
+/// handler, still held.
+async fn give_up_inside_the_transaction(
+    ctx: &Ctx,
+    api: &ServiceHandle,
+    patience: Duration,
+) -> Result<(Answer, StillHeld), ScenarioError> {
+    ctx.narrator.call_waiting(
+        "worker.a",
+        reports::NAME,
+        request_msg("a", "/reports", Some(STABLE_KEY), REPORT_TYPE),
+        patience,
+    );
+    let caller = Caller::new();
+    let held = ctx
+        .hold(AFTER_INSERT)
+        .call(send_post(
+            &caller,
+            api,
+            "/reports",
+            Some(STABLE_KEY),
+            REPORT_TYPE,
+        ))
+        .await?;
+    let still_held = held.give_up_after(patience).await?;
+    // The client's own timer fired: to it, this is a timeout like any other.
+    let gave_up = classify(Exchange::TimedOut);
+    ctx.narrator.response(gave_up.view());
+    Ok((gave_up, still_held))
 }

@@ -339,7 +339,7 @@ function apply(m) {
       break;
     case "response": {
       const parts = [t.status, t.body == null ? null : JSON.stringify(t.body), t.detail].filter((p) => p != null);
-      feed(el("div", { class: "call-line" }, el("span", { class: `outcome ${t.outcome}` }, t.outcome), " ", parts.join(" · ")));
+      feed(el("div", { class: "call-line" }, el("span", { class: `outcome ${t.outcome}` }, word(`outcome.${t.outcome}`)), " ", parts.join(" · ")));
       break;
     }
     case "service":
