@@ -324,7 +324,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_answer_is_ok_or_fail_by_its_status_and_keeps_its_headers_and_body() {
+    async fn an_answer_is_ok_fail_or_unknown_by_its_status_and_keeps_its_headers_and_body() {
         let url = server(Some(
             "HTTP/1.1 200 OK\r\nIdempotent-Replayed: true\r\ncontent-length: 14\r\n\
              connection: close\r\n\r\n{\"charge\":\"1\"}",
@@ -356,8 +356,16 @@ mod tests {
             Some(r#"Retry-After: 1 · {"error":"payment_in_progress"}"#)
         );
 
-        let url = server(Some(
+        // A gateway's error says its upstream gave no usable answer: the effect is unknown.
+        for gateway in [
             "HTTP/1.1 502 Bad Gateway\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+            "HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+        ] {
+            let url = server(Some(gateway)).await;
+            assert_eq!(post(&url, &Caller::new()).await.outcome, Outcome::Unknown);
+        }
+        let url = server(Some(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
         ))
         .await;
         assert_eq!(post(&url, &Caller::new()).await.outcome, Outcome::Fail);
