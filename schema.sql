@@ -53,3 +53,16 @@ CREATE TABLE IF NOT EXISTS naive_reports (
     payload_hash    text NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now()
 );
+
+-- The report service's "report ready" notifications, one row per notification a mailer is to
+-- send. Where the row is written is the lesson: written in the same transaction as the report
+-- (an outbox), there is one per report however often the request is retried; written outside
+-- it, before the key is checked, every retry adds one. Only the lab's `idempotent` scenario
+-- switches the service to write them (`PUT /config {"notify": …}`); by default it writes none.
+CREATE TABLE IF NOT EXISTS report_notifications (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    task_id    bigint NOT NULL,
+    -- NULL when written before the service knew which report the request makes.
+    report_id  bigint,
+    created_at timestamptz NOT NULL DEFAULT now()
+);

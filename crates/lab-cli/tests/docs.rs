@@ -156,7 +156,7 @@ fn check_mermaid(name: &str, text: &str, has_calls: bool) {
             "{name}: a ; ends a Mermaid statement: {line}"
         );
         let ids: Vec<&str> = if let Some(at) = head.strip_prefix("Note over ") {
-            vec![at]
+            at.split(',').collect()
         } else {
             let arrow = ["--x", "-->>", "->>"]
                 .into_iter()
@@ -202,4 +202,23 @@ fn artifacts_for_every_scenario_are_complete_and_valid() {
             "{name}: no table snapshot"
         );
     }
+}
+
+/// The sample at the top of the README is what `lab run duplicate --lang en` prints today: the
+/// first `text` block must be a piece of the scenario's expected narrative, byte for byte.
+#[test]
+fn the_readme_sample_is_a_piece_of_a_real_narrative() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let start = readme
+        .find("```text\n")
+        .expect("a ```text block in the README")
+        + 8;
+    let sample = &readme[start..start + readme[start..].find("```").unwrap()];
+    let narrative =
+        std::fs::read_to_string(root.join("scenarios/duplicate/expected.en.txt")).unwrap();
+    assert!(
+        sample.lines().count() > 5 && narrative.contains(sample),
+        "README's sample is not in scenarios/duplicate/expected.en.txt; paste it from there:\n{sample}"
+    );
 }

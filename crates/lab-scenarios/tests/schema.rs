@@ -63,7 +63,7 @@ async fn psql_creates_the_lessons_tables_and_the_runs_use_exactly_those() {
     own.close().await;
     assert_eq!(
         created,
-        ["naive_reports", "reports", "tasks"]
+        ["naive_reports", "report_notifications", "reports", "tasks"]
             .map(String::from)
             .into_iter()
             .collect::<BTreeSet<_>>()

@@ -12,7 +12,7 @@
 //! | the same key, another amount, order or currency  | 422 `{"error": "idempotency_key_reused"}`           |
 //! | a key that is empty, blank, has `:`, > 255 chars | 400 `{"error": "invalid_idempotency_key"}`, before the coordinator |
 //! | the provider's answer lost                       | 502 `{"error": "provider_outcome_unknown"}`: the outcome is unknown |
-//! | Redis down, fail-closed policy                   | 503 `{"error": "idempotency_unavailable"}`, nothing charged |
+//! | Redis down, fail-closed policy                   | 503 `{"error": "idempotency_unavailable"}` with `Retry-After: 1`, nothing charged |
 //!
 //! The coordinator call is the lesson's `charge_once`: operation `payment.charge.<tenant hex>`
 //! (tenants never share keys), the client's key, a TTL of one hour, in-flight mode `raise`, a
@@ -61,6 +61,11 @@ pub const NAME: &str = "payments";
 /// be called. A scenario holds a first call here to send a second one "while it charges".
 pub const IN_ACTION: &str = "payments.in_action";
 
+/// Checkpoint: the provider has answered the charge (or failed to) and the coordinator has not
+/// stored anything yet. A scenario holds a call here to break something *after* the money
+/// moved: the holder crashes, or Redis goes away before the result is stored.
+pub const CHARGED: &str = "payments.charged";
+
 /// Checkpoint: a call met another call's reservation of its key (idempotency-kit's "in
 /// flight"), whatever the mode then does with it: raise answers 409, wait polls. Reached from a
 /// task of its own, so a notice installed here tells a scenario "the duplicate is waiting"
@@ -94,10 +99,16 @@ pub static SPEC: ServiceSpec = ServiceSpec {
     },
     schema: "",
     calls: &[&provider::SPEC],
-    checkpoints: &[Checkpoint {
-        name: IN_ACTION,
-        about: "the key is reserved; the provider is about to be called",
-    }],
+    checkpoints: &[
+        Checkpoint {
+            name: IN_ACTION,
+            about: "the key is reserved; the provider is about to be called",
+        },
+        Checkpoint {
+            name: CHARGED,
+            about: "the provider has answered; the result is not stored yet",
+        },
+    ],
     demo: DEMO,
     router: |env| Ok(Payments::from_env(env)?.router()),
 };
@@ -175,6 +186,11 @@ pub struct PaymentConfig {
     pub resend_on_dropped: bool,
     /// What a call does when another call holds its key (`raise` in the lesson).
     pub in_flight: InFlightName,
+    /// Before charging, ask the provider whether a charge under the provider key exists
+    /// (`GET /charges?key=…`) and return it instead of charging again: the lesson's status
+    /// query for a provider that does not remove duplicates. Safe only once an earlier call can
+    /// no longer be in flight at the provider (a charge still running is not listed yet).
+    pub ask_provider_first: bool,
 }
 
 impl Default for PaymentConfig {
@@ -186,6 +202,7 @@ impl Default for PaymentConfig {
             command_timeout_ms: DEFAULT_COMMAND_TIMEOUT.as_millis() as u64,
             resend_on_dropped: true,
             in_flight: InFlightName::Raise,
+            ask_provider_first: false,
         }
     }
 }
@@ -206,6 +223,8 @@ pub struct PaymentChange {
     pub resend_on_dropped: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<InFlightName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ask_provider_first: Option<bool>,
 }
 
 impl crate::api::ConfigRequest for PaymentChange {
@@ -313,12 +332,13 @@ impl Payments {
 /// What the coordinator reported during one call, as narration, not yet told.
 type Heard = Arc<Mutex<Vec<Msg>>>;
 
-/// A client key as the narration shows it: an empty one as `""`, a long one shortened (the
-/// keys a scenario sends on purpose to be refused are long).
+/// A client key as the narration shows it: an empty one as "(empty value)" (not `""`, which is
+/// the draft's wire form of an empty string: the lab sends an empty header value), a long one
+/// shortened (the keys a scenario sends on purpose to be refused are long).
 pub fn shown_key(key: &str) -> Arg {
     const LONGEST_SHOWN: usize = 32;
     if key.is_empty() {
-        Arg::from("\"\"")
+        Arg::from(Msg::new("key.empty_value"))
     } else if key.chars().count() > LONGEST_SHOWN {
         let start: String = key.chars().take(8).collect();
         // "kkkkkkkk… (256 characters)", in the narrative's language.
@@ -348,6 +368,11 @@ fn narrate(kind: &EventKind<'_>, key: &str, bound: Duration) -> Option<Msg> {
         EventKind::LeaseLost { .. } => Msg::new("payments.lease_lost"),
         EventKind::StorageError { error } => storage_error(error, bound),
         EventKind::Resent { stage } => Msg::new("payments.resent").arg("stage", stage_msg(*stage)),
+        // Redis failed while the result was being stored: the charge is done, and only its
+        // record is missing (the reservation stays until its lease expires).
+        EventKind::RanUnprotected {
+            why: Unprotected::Storage(error),
+        } if error.stage == Stage::Complete => Msg::new("payments.not_stored"),
         EventKind::RanUnprotected { why } => {
             Msg::new("payments.unprotected").arg("why", unprotected(why))
         }
@@ -493,8 +518,20 @@ async fn charge_once(
     let result = coordinator
         .coordinate(request, |_fence| async {
             service.tell_heard(&heard).await;
+            if config.ask_provider_first
+                && let Some(found) = charge_at_provider(&service, &provider_key).await
+            {
+                service
+                    .tell(
+                        Msg::new("payments.found_at_provider").arg("id", found.charge_id.as_str()),
+                    )
+                    .await;
+                return Ok(found);
+            }
             service.checkpoints.reached(IN_ACTION).await;
-            call_provider(&service, &provider_key, &charge).await
+            let charged = call_provider(&service, &provider_key, &charge).await;
+            service.checkpoints.reached(CHARGED).await;
+            charged
         })
         .await;
     service.tell_heard(&heard).await;
@@ -562,7 +599,9 @@ impl From<idem::Error<ChargeError>> for ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "idempotency_unavailable",
                 "the idempotency store is unavailable, so nothing was charged; retry later with the same key",
-            ),
+            )
+            // RFC 9110's header for a 503: when to come back. One second, as for a 409.
+            .retry_after(1),
             idem::Error::Action(ChargeError::Unreachable(reason)) => ApiError::client(
                 StatusCode::BAD_GATEWAY,
                 "provider_outcome_unknown",
@@ -577,6 +616,22 @@ impl From<idem::Error<ChargeError>> for ApiError {
             ),
         }
     }
+}
+
+/// The provider's charge under `provider_key`, if it lists one (`GET /charges?key=…`). A
+/// failed query is no answer: the caller charges as it would without asking.
+async fn charge_at_provider(service: &Payments, provider_key: &str) -> Option<Charge> {
+    #[derive(Deserialize)]
+    struct Listed {
+        charges: Vec<Charge>,
+    }
+    let url = reqwest::Url::parse_with_params(
+        &format!("{}/charges", service.provider_url),
+        [("key", provider_key)],
+    )
+    .ok()?;
+    let listed: Listed = service.http.get(url).send().await.ok()?.json().await.ok()?;
+    listed.charges.into_iter().next()
 }
 
 /// Charges at the provider with the provider key; narrates what came back.
@@ -657,6 +712,9 @@ async fn set_config(
     }
     if let Some(mode) = change.in_flight {
         config.in_flight = mode;
+    }
+    if let Some(ask) = change.ask_provider_first {
+        config.ask_provider_first = ask;
     }
     Ok(Json(*config))
 }

@@ -54,7 +54,8 @@ pub const INSERT_KEYED: &str =
 pub const SELECT_BY_KEY: &str = "SELECT id, payload_hash FROM reports WHERE idempotency_key = $1";
 
 /// The tables of the lessons (the top-level `schema.sql`, the one copy): the report service's
-/// `reports` (and the naive design's `naive_reports`), and the lesson's `tasks` beside them.
+/// `reports` (with the naive design's `naive_reports` and the notifications,
+/// `report_notifications`), and the lesson's `tasks` beside them.
 pub const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
 
 /// The report service, as the lab starts it.
@@ -139,6 +140,8 @@ pub struct ReportService {
     /// `PUT /config`'s switch: run the work in a task of its own (`true`), or in the request's
     /// future, which hyper drops when the client's connection closes (`false`).
     finish_after_disconnect: Arc<AtomicBool>,
+    /// `PUT /config`'s `notify`.
+    notify: Arc<parking_lot::Mutex<Notify>>,
 }
 
 /// The service's switches (`GET`/`PUT /config`).
@@ -148,6 +151,23 @@ pub struct ReportConfig {
     /// A create request's work finishes even when its client has gone (it runs in a task of its
     /// own); `false` cancels it with the request, rolling back what it has not committed.
     pub finish_after_disconnect: bool,
+    /// Whether and where a keyed request writes its "report ready" notification.
+    pub notify: Notify,
+}
+
+/// Where the service writes a keyed request's "report ready" notification
+/// (`report_notifications`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Notify {
+    /// Nowhere: the lessons' default.
+    #[default]
+    Off,
+    /// The broken design: first thing in the handler, in a statement of its own, before the key
+    /// is checked: a side effect outside the transaction, repeated by every retry.
+    Outside,
+    /// An outbox: in the report's own transaction, only when the report is created.
+    Outbox,
 }
 
 /// A change to the switches (`PUT /config`): only the fields given change.
@@ -156,6 +176,8 @@ pub struct ReportConfig {
 pub struct ReportChange {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finish_after_disconnect: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Notify>,
 }
 
 impl crate::api::ConfigRequest for ReportChange {
@@ -187,6 +209,7 @@ impl ReportService {
             checkpoints: env.checkpoints,
             tasks: env.tasks,
             finish_after_disconnect: Arc::new(AtomicBool::new(true)),
+            notify: Arc::default(),
         })
     }
 
@@ -324,12 +347,16 @@ async fn set_config(
             .finish_after_disconnect
             .store(finish, Ordering::SeqCst);
     }
+    if let Some(notify) = change.notify {
+        *service.notify.lock() = notify;
+    }
     get_config(State(service)).await
 }
 
 async fn get_config(State(service): State<ReportService>) -> Json<ReportConfig> {
     Json(ReportConfig {
         finish_after_disconnect: service.finish_after_disconnect.load(Ordering::SeqCst),
+        notify: *service.notify.lock(),
     })
 }
 
@@ -376,6 +403,15 @@ async fn insert_or_replay(
     req: &CreateReport,
     hash: String,
 ) -> Result<Response, ApiError> {
+    let notify = *service.notify.lock();
+    if notify == Notify::Outside {
+        // The broken design: a side effect before the key is checked, in its own statement.
+        sqlx::query("INSERT INTO report_notifications (task_id) VALUES ($1)")
+            .bind(req.task_id)
+            .execute(&service.pool)
+            .await?;
+        service.tell(Msg::new("reports.notified_outside")).await;
+    }
     // One transaction for "insert or find": the read below sees the row that beat us.
     let mut tx = service.pool.begin().await?;
     // sqlx does not report BEGIN as it reports the statements: this tells `--show-sql` (and
@@ -393,6 +429,14 @@ async fn insert_or_replay(
         .await?;
 
     if let Some(report_id) = inserted {
+        if notify == Notify::Outbox {
+            // The outbox: the notification commits with the report, or neither does.
+            sqlx::query("INSERT INTO report_notifications (task_id, report_id) VALUES ($1, $2)")
+                .bind(req.task_id)
+                .bind(report_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         service.checkpoints.reached(AFTER_INSERT).await;
         tx.commit().await?;
         tracing::info!(report_id, "report created, key stored with it");
@@ -403,6 +447,11 @@ async fn insert_or_replay(
                     .arg("key", &key),
             )
             .await;
+        if notify == Notify::Outbox {
+            service
+                .tell(Msg::new("reports.notified_outbox").arg("id", report_id))
+                .await;
+        }
         service.checkpoints.reached(COMMITTED).await;
         service.checkpoints.reached(ANSWERED).await;
         return Ok(created(StatusCode::CREATED, report_id, false));

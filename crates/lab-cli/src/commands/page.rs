@@ -7,15 +7,19 @@
 //! `LAB_BLESS=1` makes the same test rewrite them. So the diagram a reader sees in the docs is the
 //! one the lab draws today, from a run on real servers.
 //!
-//! Layout: the title and the summary, the story, the commands to run it (with its knobs), the
-//! Mermaid sequence diagram of the run's calls (the statements and Redis commands are in
-//! `sequence.mmd` of `--artifacts`: their order and replies vary from run to run), why it happened (and the lesson's checklist), the
-//! questions with their model answers folded away, and the facts the run measured.
+//! Layout, so a page can be handed out before the run: the title and the summary, the story,
+//! the predictions (each with its answer and the run's reveal folded away), the commands to run
+//! it (with its knobs), then, folded as the answers are, what the run showed: the Mermaid
+//! sequence diagram of its calls (the statements and Redis commands are in `sequence.mmd` of
+//! `--artifacts`: their order and replies vary from run to run), why it happened (and the
+//! lesson's checklist) and the facts it measured. Last, the questions, with their model answers
+//! folded away.
 
 use lab_core::render::mermaid_calls;
 use lab_core::text::COMMON;
 use lab_core::{Event, Facts, Lang, Msg, Texts};
 use lab_scenarios::RunReport;
+use lab_scenarios::kit::KnobKind;
 
 /// The page of one run of one scenario, in `lang`.
 pub fn page(texts: &Texts, lang: Lang, report: &RunReport) -> String {
@@ -26,12 +30,18 @@ pub fn page(texts: &Texts, lang: Lang, report: &RunReport) -> String {
     };
     let mut page = String::new();
     page.push_str(&sections.title());
+    page.push_str(&sections.predictions(&report.events));
     page.push_str(&sections.run());
+    page.push_str(&format!(
+        "<details><summary>{}</summary>\n\n",
+        sections.common("docs.what_the_run_showed")
+    ));
     page.push_str(&sections.diagram(&report.events));
     page.push_str(&sections.explain());
-    page.push_str(&sections.quiz());
     page.push_str(&sections.facts(&report.facts));
-    page
+    page.push_str("\n</details>\n\n");
+    page.push_str(&sections.quiz());
+    page.trim_end().to_string() + "\n"
 }
 
 /// What every section of a page is written from: the catalogues, the language and the scenario.
@@ -61,6 +71,57 @@ impl Sections<'_> {
         out
     }
 
+    /// Every prediction of the run, in order: the question and its options, then, folded away,
+    /// the right option and what the run revealed after it.
+    fn predictions(&self, events: &[Event]) -> String {
+        let mut out = String::new();
+        let mut asked = 0;
+        for (i, event) in events.iter().enumerate() {
+            let Event::Predict { prefix } = event else {
+                continue;
+            };
+            asked += 1;
+            if asked == 1 {
+                out.push_str(&format!("## {}\n\n", self.common("label.predict")));
+            }
+            let question = self.own(&format!("{prefix}.question"));
+            // Written to follow "Predict: " in the terminal; here it opens a line.
+            out.push_str(&format!(
+                "{asked}. {}\n\n",
+                capitalised(&one_line(&question))
+            ));
+            let options = self
+                .texts
+                .list(self.name, self.lang, &format!("{prefix}.options"));
+            for (letter, option) in ('a'..='z').zip(&options) {
+                out.push_str(&format!("   - {letter}) {}\n", one_line(option)));
+            }
+            let right = self
+                .texts
+                .get(self.name, self.lang, &format!("{prefix}.answer"))
+                .unwrap_or_default();
+            let right_option = right
+                .chars()
+                .next()
+                .and_then(|c| options.get((c as usize).wrapping_sub('a' as usize)))
+                .map(|o| one_line(o))
+                .unwrap_or_default();
+            let reveal = events[i..].iter().find_map(|e| match e {
+                Event::Reveal { answer } => Some(self.texts.render(self.name, self.lang, answer)),
+                _ => None,
+            });
+            out.push_str(&format!(
+                "\n   <details><summary>{}</summary>\n\n   {right}) {right_option}\n\n",
+                self.common("label.answer")
+            ));
+            if let Some(reveal) = reveal {
+                out.push_str(&format!("   {}\n\n", one_line(&reveal)));
+            }
+            out.push_str("   </details>\n\n");
+        }
+        out
+    }
+
     /// How to run it: the commands, then the knobs with their defaults, if it has any.
     fn run(&self) -> String {
         let name = self.name;
@@ -84,11 +145,20 @@ impl Sections<'_> {
                     .texts
                     .get(name, self.lang, &format!("knobs.{}", knob.name))
                     .unwrap_or_default();
+                let line = match knob.kind {
+                    KnobKind::Switch { default } => {
+                        Msg::new("docs.knob_switch").arg("other", (!default).to_string())
+                    }
+                    KnobKind::Millis { min, max, .. } => Msg::new("docs.knob_millis")
+                        .arg("min", min as i64)
+                        .arg("max", max as i64),
+                }
+                .arg("name", knob.name)
+                .arg("value", knob.default_value().to_string())
+                .arg("about", one_line(about));
                 out.push_str(&format!(
-                    "- `--set {}={}`: {}\n",
-                    knob.name,
-                    knob.default_value(),
-                    one_line(about)
+                    "- {}\n",
+                    self.texts.render(COMMON, self.lang, &line)
                 ));
             }
             out.push('\n');
@@ -163,6 +233,15 @@ impl Sections<'_> {
             out.push_str(&format!("| `{fact}` | `{value}` |\n"));
         }
         out
+    }
+}
+
+/// `text` with its first letter in upper case.
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 

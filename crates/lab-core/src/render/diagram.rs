@@ -582,8 +582,14 @@ fn mermaid_of(texts: &Texts, lang: Lang, picture: &Picture) -> String {
                 let _ = writeln!(out, "    Note over p{at}: {}", mermaid_text(text));
             }
             Mark::Fault { at, hop, label, .. } => {
+                // A fault is on the hop in front of a participant, not in it: the note spans
+                // that lane and the one before it (its caller, which was drawn first).
                 let at = fault_lane(picture, *at, hop).unwrap_or(0);
-                let _ = writeln!(out, "    Note over p{at}: ↯ {}", mermaid_text(label));
+                let over = match at.checked_sub(1) {
+                    Some(before) => format!("p{before},p{at}"),
+                    None => format!("p{at}"),
+                };
+                let _ = writeln!(out, "    Note over {over}: ↯ {}", mermaid_text(label));
             }
             Mark::Checkpoint { at, label } => {
                 let _ = writeln!(out, "    Note over p{at}: ◆ {}", mermaid_text(label));

@@ -19,7 +19,11 @@ use lab_core::Msg;
 use lab_services::relay::RelayConfig;
 use lab_services::{gateway, orders, payments, provider};
 
-use crate::kit::payments::{checkout, provider_charges, show_charges, show_requests};
+use crate::kit::Caller;
+use crate::kit::payments::{
+    AMOUNT, checkout, checkout_amount, pay_msg, provider_charges, requests_received, send_pay,
+    show_charges, show_requests,
+};
 use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
@@ -83,6 +87,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     )
     .await?;
 
+    refusals_pass_up(ctx).await?;
+
     n.side("side.new_key");
     ctx.configure(&orders::SPEC, &RelayConfig { mint_keys: true })
         .await?;
@@ -103,3 +109,60 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.quiz();
     Ok(())
 }
+
+/// A refusal is an answer, not a lost one: 422 (the key reused for another amount) and 409 (the
+/// first call still charging) come back to the client unchanged, and no relay retries them.
+async fn refusals_pass_up(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.refusals");
+    let specs = [&gateway::SPEC, &orders::SPEC, &payments::SPEC];
+    let mut before = Vec::new();
+    for spec in specs {
+        before.push(requests_received(ctx, spec).await?);
+    }
+
+    n.step(
+        Msg::new("step.changed_amount")
+            .arg("key", "C1")
+            .arg("amount", CHANGED_AMOUNT),
+    )
+    .await?;
+    let changed = checkout_amount(ctx, "C1", CHANGED_AMOUNT).await?;
+
+    n.step(Msg::new("step.in_progress").arg("key", "C3"))
+        .await?;
+    let url = ctx.service(&payments::SPEC)?.url.clone();
+    n.call("who.first", payments::NAME, pay_msg("first", "C3", AMOUNT));
+    // Patient: it waits inside the charge for as long as the learner reads.
+    let first_caller = Caller::patient();
+    let mut first = ctx
+        .hold(payments::IN_ACTION)
+        .call(send_pay(&first_caller, &url, "C3", AMOUNT))
+        .await?;
+    let in_progress = first.meanwhile(checkout(ctx, "C3")).await??;
+    let first = first.release().await;
+    n.response(first.view());
+
+    let after = show_requests(ctx, &specs).await?;
+    let received: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    n.fact(
+        "chain_changed_amount_status",
+        changed.answer.status_or_zero(),
+    );
+    n.fact(
+        "chain_in_progress_status",
+        in_progress.answer.status_or_zero(),
+    );
+    // Two client calls: each reached every hop once (the payment service also got the first
+    // C3 call, sent to it directly): nothing was retried.
+    n.fact("refusals_requests_received", received.clone());
+    n.note(
+        Msg::new("note.refusals")
+            .arg("changed", changed.answer.status_or_zero())
+            .arg("in_progress", in_progress.answer.status_or_zero()),
+    );
+    Ok(())
+}
+
+/// The amount of the changed request.
+const CHANGED_AMOUNT: i64 = 2490;

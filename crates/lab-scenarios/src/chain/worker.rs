@@ -259,7 +259,59 @@ async fn ack_lost(ctx: &Ctx, s: &Setup) -> ScenarioResult {
     }
     show_pending(ctx, s).await?;
     show_emails(ctx).await?;
+    show_invoice_record(ctx, 1).await?;
     Ok(())
+}
+
+/// The coordinator's record of invoice `version` of the lesson's order, as Redis holds it (GET,
+/// PTTL): its status, its email id and how long it is kept.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
+async fn show_invoice_record(ctx: &Ctx, version: u32) -> ScenarioResult {
+    let operation = format!("mail.invoice.{}", TENANT.simple());
+    let key = format!("{}.v{version}", ORDER.simple());
+    let redis_key = idem::key::record_key(
+        &format!("{}{}", ctx.space.prefix, idem::DEFAULT_PREFIX),
+        idem::Identifiers {
+            operation: &operation,
+            key: &key,
+        },
+    );
+    let found = redis::read_record(&mut ctx.redis()?, &redis_key).await?;
+    let shown = redis_key
+        .strip_prefix(&ctx.space.prefix)
+        .unwrap_or(&redis_key)
+        .to_string();
+    let row = match &found {
+        None => vec![shown, "(none)".into(), String::new(), String::new()],
+        Some(found) => {
+            let result: serde_json::Value =
+                serde_json::from_str(found.record.result.get()).unwrap_or_default();
+            vec![
+                shown,
+                format!("{:?}", found.record.status).to_lowercase(),
+                result["email_id"].as_str().unwrap_or("NULL").to_string(),
+                // Minutes, not seconds: the seconds left depend on how long the lost ack took.
+                format!("{} min", minutes_left(found.ttl_secs)),
+            ]
+        }
+    };
+    ctx.narrator.state(Table {
+        title: Msg::new("table.invoice_record"),
+        columns: ["key", "status", "email_id", "ttl"]
+            .map(String::from)
+            .to_vec(),
+        rows: vec![row],
+    });
+    ctx.narrator.fact(
+        "invoice_record_ttl_minutes",
+        found.map_or(0, |f| minutes_left(f.ttl_secs)),
+    );
+    Ok(())
+}
+
+/// A TTL in whole minutes, rounded up.
+fn minutes_left(secs: i64) -> i64 {
+    (secs + 59) / 60
 }
 
 /// Step 2: the entry is claimed again after its idle time, and the coordinator replays em_1.

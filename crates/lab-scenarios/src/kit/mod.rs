@@ -22,4 +22,4 @@ pub mod redis;
 
 pub use call::{Answer, Caller};
 pub use hold::{Held, Hold, Notice};
-pub use knob::{Knob, KnobSpec, KnobValue, Settings};
+pub use knob::{Knob, KnobKind, KnobSpec, KnobValue, Settings};

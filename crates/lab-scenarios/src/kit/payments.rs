@@ -99,8 +99,14 @@ impl Paid {
 
 /// `POST /payments` with `key`, judged, without narrating.
 pub async fn send_pay(caller: &Caller, url: &str, key: &str, amount: i64) -> Paid {
+    send_payment(caller, url, key, &payment(amount)).await
+}
+
+/// `POST /payments` of any payment command (another tenant's, say) with `key`, judged, without
+/// narrating.
+pub async fn send_payment(caller: &Caller, url: &str, key: &str, payment: &Payment) -> Paid {
     let answer = caller
-        .post(&format!("{url}/payments"), Some(key), &payment(amount))
+        .post(&format!("{url}/payments"), Some(key), payment)
         .await;
     Paid::from(answer)
 }
@@ -135,6 +141,11 @@ pub async fn pay(ctx: &Ctx, key: &str, amount: i64) -> Result<Paid, ScenarioErro
 
 /// The client pays once through the gateway (`POST /checkout`), narrated.
 pub async fn checkout(ctx: &Ctx, key: &str) -> Result<Paid, ScenarioError> {
+    checkout_amount(ctx, key, AMOUNT).await
+}
+
+/// [`checkout`] of another amount.
+pub async fn checkout_amount(ctx: &Ctx, key: &str, amount: i64) -> Result<Paid, ScenarioError> {
     let url = ctx.service(&gateway::SPEC)?.url.clone();
     ctx.narrator.call(
         "who.client",
@@ -142,11 +153,11 @@ pub async fn checkout(ctx: &Ctx, key: &str) -> Result<Paid, ScenarioError> {
         Msg::new("call.checkout")
             .arg("who", Msg::new("who.client"))
             .arg("key", key)
-            .arg("amount", AMOUNT)
+            .arg("amount", amount)
             .arg("currency", CURRENCY),
     );
     let answer = Caller::new()
-        .post(&format!("{url}/checkout"), Some(key), &payment(AMOUNT))
+        .post(&format!("{url}/checkout"), Some(key), &payment(amount))
         .await;
     let paid = Paid::from(answer);
     ctx.narrator.response(paid.view());

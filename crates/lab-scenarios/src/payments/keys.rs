@@ -31,6 +31,7 @@ use super::{
     AMOUNT, Paid, configure_payments, pay, pay_msg, provider_charges, provider_key, send_pay,
     show_charges, show_records,
 };
+use crate::kit::payments::send_payment;
 use crate::kit::{Caller, Knob};
 use crate::{Ctx, FaultUse, Requires, Scenario, ScenarioError, ScenarioResult};
 
@@ -59,6 +60,13 @@ fn unguarded() -> PaymentChange {
 const K1: &str = "K1";
 const K2: &str = "K2";
 const K3: &str = "K3";
+/// The key of a payment whose amount is not positive.
+const K_ZERO: &str = "K0";
+/// The key a client loses before it saved it, and the one it mints after its restart.
+const K_LOST: &str = "K8";
+const K_MINTED: &str = "K9";
+/// Another tenant of the same payment service.
+const OTHER_TENANT: uuid::Uuid = uuid::uuid!("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d");
 /// The amount of the changed request.
 const CHANGED_AMOUNT: i64 = 2490;
 /// A key with a colon: the coordinator's record key is `<prefix><operation>:<key>`.
@@ -84,6 +92,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     invalid_keys_refused(ctx).await?;
     in_flight(ctx).await?;
     super::in_flight_modes::side(ctx).await?;
+    another_tenant(ctx).await?;
+    lost_key(ctx).await?;
     unguarded_side(ctx).await?;
     ctx.narrator.explain();
     ctx.narrator.quiz();
@@ -126,7 +136,7 @@ async fn one_key_per_payment(ctx: &Ctx) -> ScenarioResult {
     Ok(())
 }
 
-/// The three invalid keys, each refused.
+/// The three invalid keys, each refused; then an amount that is not positive, refused too.
 async fn invalid_keys_refused(ctx: &Ctx) -> ScenarioResult {
     let n = &ctx.narrator;
     n.step("step.invalid").await?;
@@ -137,6 +147,73 @@ async fn invalid_keys_refused(ctx: &Ctx) -> ScenarioResult {
         statuses.push(paid.answer.status_or_zero());
     }
     n.fact("invalid_key_statuses", statuses);
+
+    n.step(Msg::new("step.zero_amount").arg("key", K_ZERO))
+        .await?;
+    let zero = pay(ctx, K_ZERO, 0).await?;
+    let charged = provider_charges(ctx, Some(&provider_key(K_ZERO))).await?;
+    n.fact("zero_amount_status", zero.answer.status_or_zero());
+    n.fact("zero_amount_charges", charged.len());
+    Ok(())
+}
+
+/// Another tenant whose client happens to use the same key, K1: the operation name carries the
+/// tenant, so the two never meet.
+async fn another_tenant(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.tenants");
+    let url = ctx.service(&payments::SPEC)?.url.clone();
+    n.step(Msg::new("step.other_tenant").arg("key", K1)).await?;
+    let theirs = lab_services::payments::Payment {
+        tenant_id: OTHER_TENANT.to_string(),
+        ..crate::kit::payments::payment(AMOUNT)
+    };
+    n.call(
+        "who.other_tenant",
+        payments::NAME,
+        pay_msg("other_tenant", K1, AMOUNT),
+    );
+    let paid = send_payment(&Caller::new(), &url, K1, &theirs).await;
+    n.response(paid.view());
+    let ours = provider_charges(ctx, Some(&provider_key(K1))).await?;
+    let other_key = format!("payment.charge.{}.{K1}", OTHER_TENANT.simple());
+    let theirs = provider_charges(ctx, Some(&other_key)).await?;
+    show_charges(ctx).await?;
+    n.fact(
+        "other_tenant_new_charge",
+        !paid.answer.replayed
+            && theirs.len() == 1
+            && paid.charge_id() == theirs.first().map(|c| c.charge_id.as_str())
+            && ours
+                .iter()
+                .all(|c| Some(c.charge_id.as_str()) != paid.charge_id()),
+    );
+    n.note(Msg::new("note.other_tenant").arg("key", K1));
+    Ok(())
+}
+
+/// A client that loses its key before it saved it, and mints a new one for the same payment.
+async fn lost_key(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.lost_key");
+    n.step(Msg::new("step.lost_key").arg("key", K_LOST)).await?;
+    pay(ctx, K_LOST, AMOUNT).await?;
+    n.step(
+        Msg::new("step.new_key_after_crash")
+            .arg("lost", K_LOST)
+            .arg("key", K_MINTED),
+    )
+    .await?;
+    pay(ctx, K_MINTED, AMOUNT).await?;
+    let mut charges = provider_charges(ctx, Some(&provider_key(K_LOST)))
+        .await?
+        .len();
+    charges += provider_charges(ctx, Some(&provider_key(K_MINTED)))
+        .await?
+        .len();
+    show_charges(ctx).await?;
+    n.fact("lost_key_charges", charges);
+    n.note(Msg::new("note.lost_key").arg("charges", charges));
     Ok(())
 }
 
@@ -211,6 +288,27 @@ async fn overlap_k3(ctx: &Ctx) -> Result<(Paid, Paid), ScenarioError> {
         .meanwhile(send_pay(&Caller::new(), &url, K3, AMOUNT))
         .await?;
     n.response(second.view());
+    // The same key with another amount while the first still charges: the fingerprint is
+    // compared before the in-flight mode answers.
+    n.step(
+        Msg::new("step.k3_other_amount")
+            .arg("key", K3)
+            .arg("amount", CHANGED_AMOUNT),
+    )
+    .await?;
+    n.call(
+        "who.third",
+        payments::NAME,
+        pay_msg("third", K3, CHANGED_AMOUNT),
+    );
+    let other_amount = first
+        .meanwhile(send_pay(&Caller::new(), &url, K3, CHANGED_AMOUNT))
+        .await?;
+    n.response(other_amount.view());
+    n.fact(
+        "in_flight_other_amount_status",
+        other_amount.answer.status_or_zero(),
+    );
     n.step("step.k3_release").await?;
     let first = first.release().await;
     n.response(first.view());

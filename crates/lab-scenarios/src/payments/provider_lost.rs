@@ -9,15 +9,25 @@
 //! and a provider without deduplication charges a second time. With deduplication by the provider
 //! key (`payment.charge.<tenant>.<key>`), the provider answers the retry with the first charge.
 //!
+//! Last, the other way out for a provider that does not remove duplicates: the payment service
+//! asks the provider for the charge's status (`GET /charges?key=…`) before charging again
+//! (`ask_provider_first`), finds the first charge, and answers with it.
+//!
 //! Facts: `charges_without_provider_dedup` = 2, `charges_with_provider_dedup` = 1,
-//! `retry_status` = 200, and `lost_call_status` = 502.
+//! `charges_with_status_query` = 1, `retry_status` = 200, and `lost_call_status` = 502.
 
 use std::time::Duration;
 
 use lab_core::Msg;
 use lab_services::{payments, provider};
 
-use super::{AMOUNT, pay, provider_charges, provider_dedup, provider_key, show_charges};
+use lab_services::payments::PaymentChange;
+
+use super::{
+    AMOUNT, configure_payments, pay, pay_msg, provider_charges, provider_dedup, provider_key,
+    send_pay, show_charges,
+};
+use crate::kit::Caller;
 use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
 
 pub const SCENARIO: Scenario = Scenario {
@@ -34,6 +44,7 @@ pub const SCENARIO: Scenario = Scenario {
 
 const K1: &str = "K1";
 const K2: &str = "K2";
+const K3: &str = "K3";
 /// A fault armed for a call that never comes is a broken script, not a slow machine.
 const FIRE_LIMIT: Duration = Duration::from_secs(10);
 
@@ -52,9 +63,19 @@ async fn lost_then_retried(
     predict: bool,
 ) -> Result<(u16, u16), ScenarioError> {
     let n = &ctx.narrator;
-    let lost = lose_next_answer(ctx)?;
     n.step(Msg::new("step.pay").arg("key", key)).await?;
-    let first = pay(ctx, key, AMOUNT).await?;
+    // Armed once the service is about to charge: with `ask_provider_first` its status query
+    // goes first, on a connection of its own, and must not be the one that loses its answer.
+    let url = ctx.service(&payments::SPEC)?.url.clone();
+    n.call("who.client", payments::NAME, pay_msg("client", key, AMOUNT));
+    let caller = Caller::patient();
+    let held = ctx
+        .hold(payments::IN_ACTION)
+        .call(send_pay(&caller, &url, key, AMOUNT))
+        .await?;
+    let lost = lose_next_answer(ctx)?;
+    let first = held.release().await;
+    n.response(first.view());
     tokio::time::timeout(FIRE_LIMIT, lost.fired())
         .await
         .map_err(|_| ScenarioError::Broken("the provider's answer was not lost".into()))?;
@@ -92,6 +113,22 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     let with = provider_charges(ctx, Some(&provider_key(K2))).await?.len();
     n.fact("charges_with_provider_dedup", with);
     n.note(Msg::new("note.dedup").arg("charges", with));
+
+    // The other way out, for a provider that does not remove duplicates: the service itself
+    // asks for the charge's status before charging again.
+    n.side("side.ask_first");
+    provider_dedup(ctx, false).await?;
+    let ask = PaymentChange {
+        ask_provider_first: Some(true),
+        ..PaymentChange::default()
+    };
+    configure_payments(ctx, ask).await?;
+    n.step("step.ask_first").await?;
+    lost_then_retried(ctx, K3, false).await?;
+    show_charges(ctx).await?;
+    let asked = provider_charges(ctx, Some(&provider_key(K3))).await?.len();
+    n.fact("charges_with_status_query", asked);
+    n.note(Msg::new("note.ask_first").arg("charges", asked));
 
     n.explain();
     n.quiz();

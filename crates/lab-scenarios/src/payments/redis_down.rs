@@ -4,13 +4,12 @@
 //! link with a black hole (a `timeout` toxic of 0 on both streams: nothing gets through, nothing
 //! answers, nothing closes). The real Redis keeps running for everyone else, the lab included.
 //!
-//! The compatible coordinator (idempotency-kit 0.4.1) fails open: when its reservation gets no
-//! answer within its Redis timeout (idem's 250 ms, which this scenario sets on the service: its
-//! default is more generous), it runs the charge without protection and stores
-//! nothing. Two calls with one key charge twice at a provider without deduplication, once at a
-//! provider that deduplicates by key. The hardened coordinator fails closed: 503, no charge.
-//! Every call returns within the coordinator's bound; the reference pays 6–9.5 s per call in
-//! its Redis client's retries.
+//! The coordinator's compatible policy (as idempotency-kit 0.4.1) fails open: when its
+//! reservation gets no answer within its Redis timeout (idem's 250 ms, which this scenario sets
+//! on the service: its default is more generous), it runs the charge without protection and
+//! stores nothing. Two calls with one key charge twice at a provider without deduplication, once
+//! at a provider that deduplicates by key. The hardened policy fails closed: 503 with
+//! `Retry-After`, no charge. Every call gets an answer (the fact is the answer, not a duration).
 //!
 //! After the outage, Redis is reachable again and one more blip (the link's connections cut and
 //! the link restored at once, as a Redis restart or a failover would) kills the service's
@@ -18,18 +17,27 @@
 //! once more on the fresh connection (one charge under K4), and is not with a coordinator that
 //! does not (`resend_on_dropped` off: two charges under K5).
 //!
+//! Last, Redis goes away *after* the provider charged (a call held at the service's
+//! `payments.charged` checkpoint while the link is cut): the result cannot be stored, the
+//! reservation stays pending, the retry gets 409 until its lease expires (simulated), and then
+//! charges again. Neither failing open nor failing closed helps there; only the provider's key.
+//!
 //! Facts: `charges_fail_open` = 2, `charges_fail_open_provider_dedup` = 1,
 //! `charges_fail_closed` = 0, `fail_closed_status` = 503, `every_call_answered` = true,
-//! `charges_after_blip` = 1, and `charges_after_blip_without_resend` = 2.
+//! `charges_after_blip` = 1, `charges_after_blip_without_resend` = 2; after the charge:
+//! `after_charge_first_status` = 200, `after_charge_retry_status` = 409,
+//! `charges_after_charge_outage` = 2.
 
 use lab_core::Msg;
 use lab_services::faults::ToxicHandle;
-use lab_services::payments::{self, PaymentChange, PolicyName};
+use lab_services::payments::{self, CHARGED, PaymentChange, PolicyName};
 
 use super::{
-    AMOUNT, configure_payments, pay, provider_charges, provider_dedup, provider_key, show_charges,
-    show_records,
+    AMOUNT, configure_payments, pay, pay_msg, provider_charges, provider_dedup, provider_key,
+    record_key, send_pay, show_charges, show_records,
 };
+use crate::kit::Caller;
+use crate::kit::redis::expire_now;
 use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
 use lab_services::stage::REDIS_HOP;
 
@@ -50,6 +58,7 @@ const K2: &str = "K2";
 const K3: &str = "K3";
 const K4: &str = "K4";
 const K5: &str = "K5";
+const K6: &str = "K6";
 /// Pays twice with `key` while Redis is cut; returns whether each call got an answer (a status)
 /// before the client's own timeout. The coordinator bounds each Redis command (250 ms), so a
 /// dead Redis costs a call a moment, not a hang; how long exactly depends on the machine, so the
@@ -119,6 +128,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     });
 
     healed(ctx, black_hole).await?;
+    after_the_charge(ctx).await?;
     n.explain();
     n.quiz();
     Ok(())
@@ -159,6 +169,54 @@ async fn healed(ctx: &Ctx, black_hole: [ToxicHandle; 2]) -> ScenarioResult {
     show_charges(ctx).await?;
     n.fact("charges_after_blip_without_resend", unprotected);
     n.note(Msg::new("note.no_resend").arg("charges", unprotected));
+    Ok(())
+}
+
+/// Redis goes away after the provider charged and before the result is stored.
+async fn after_the_charge(ctx: &Ctx) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.after_charge");
+    let resend = PaymentChange {
+        resend_on_dropped: Some(true),
+        ..PaymentChange::default()
+    };
+    configure_payments(ctx, resend).await?;
+    let url = ctx.service(&payments::SPEC)?.url.clone();
+    n.step(Msg::new("step.after_charge").arg("key", K6)).await?;
+    n.call("who.client", payments::NAME, pay_msg("client", K6, AMOUNT));
+    // Patient: it waits at the checkpoint for as long as the learner reads.
+    let caller = Caller::patient();
+    let held = ctx
+        .hold(CHARGED)
+        .call(send_pay(&caller, &url, K6, AMOUNT))
+        .await?;
+    let black_hole = ctx.faults()?.black_hole(REDIS_HOP).await?;
+    n.step("step.cut_after_charge").await?;
+    let first = held.release().await;
+    n.response(first.view());
+    for toxic in black_hole {
+        ctx.faults()?.remove(toxic).await?;
+    }
+    n.step("step.link_back_after_charge").await?;
+    show_records(ctx, &[K6]).await?;
+    n.predict("predict_after_charge").await?;
+    n.step(Msg::new("step.retry_after_charge").arg("key", K6))
+        .await?;
+    let retry = pay(ctx, K6, AMOUNT).await?;
+    n.step("step.lease_expires_after_charge").await?;
+    expire_now(&mut ctx.redis()?, &record_key(ctx, K6)).await?;
+    pay(ctx, K6, AMOUNT).await?;
+    show_charges(ctx).await?;
+    let charges = provider_charges(ctx, Some(&provider_key(K6))).await?.len();
+    n.fact("after_charge_first_status", first.answer.status_or_zero());
+    n.fact("after_charge_retry_status", retry.answer.status_or_zero());
+    n.fact("charges_after_charge_outage", charges);
+    n.reveal(
+        Msg::new("reveal_after_charge")
+            .arg("status", retry.answer.status_or_zero())
+            .arg("charges", charges),
+    )
+    .await?;
     Ok(())
 }
 

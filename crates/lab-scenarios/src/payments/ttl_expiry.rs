@@ -11,8 +11,12 @@
 //! 200 ms, compare-and-set on its owner token), so after two leases the key is still held, the
 //! second call gets 409, and the provider charges once.
 //!
+//! (c) again with a holder that crashes *after* the provider charged: once the lease expires
+//! the retry charges a second time, unless the provider removes duplicates by the provider key.
+//!
 //! Facts: `charges_after_result_expiry` = 2, `ttl_3600_observed` = 3600, `ttl_90_observed` = 60,
-//! `ttl_30_observed` = 60, `crashed_holder_status` = 409, `charges_after_lease_expiry` = 2,
+//! `ttl_30_observed` = 60, `crashed_holder_status` = 409, `charges_after_crash_after_charge` = 2,
+//! `charges_after_crash_after_charge_provider_dedup` = 1, `charges_after_lease_expiry` = 2,
 //! `charges_hardened` = 1.
 
 use std::sync::Arc;
@@ -73,6 +77,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
 
     n.side("side.crash");
     crashed_holder(ctx).await?;
+    crashed_after_charge(ctx).await?;
 
     n.side("side.slow");
     let short_lease = ctx.knob(&SHORT_LEASE)?;
@@ -218,6 +223,94 @@ async fn crashed_holder(ctx: &Ctx) -> Result<(), ScenarioError> {
     expire_now(&mut ctx.redis()?, &record_key(ctx, K3)).await?;
     pay(ctx, K3, AMOUNT).await?;
     show_records(ctx, &[K3]).await?;
+    Ok(())
+}
+
+/// (c) again, the dangerous way round: the holder crashes *after* the provider charged and
+/// before the result was stored. The holder is again the lab's own coordinator call, whose
+/// action charges the provider with the payment service's provider key and is aborted right
+/// after the provider's answer. Once the lease expires (simulated) the retry charges again; a
+/// provider that removes duplicates by that key answers it with the first charge instead.
+async fn crashed_after_charge(ctx: &Ctx) -> Result<(), ScenarioError> {
+    let n = &ctx.narrator;
+    let mut charges = Vec::new();
+    for (key, dedup) in [("K6", false), ("K7", true)] {
+        super::provider_dedup(ctx, dedup).await?;
+        n.step(
+            Msg::new(if dedup {
+                "step.crash_after_charge_dedup"
+            } else {
+                "step.crash_after_charge"
+            })
+            .arg("key", key),
+        )
+        .await?;
+        hold_and_crash_after_charge(ctx, key).await?;
+        show_records(ctx, &[key]).await?;
+        show_charges(ctx).await?;
+        n.step(Msg::new("step.lease_expires_after_charge").arg("key", key))
+            .await?;
+        expire_now(&mut ctx.redis()?, &record_key(ctx, key)).await?;
+        pay(ctx, key, AMOUNT).await?;
+        charges.push(provider_charges(ctx, Some(&provider_key(key))).await?.len());
+    }
+    super::provider_dedup(ctx, false).await?;
+    n.fact("charges_after_crash_after_charge", charges[0]);
+    n.fact(
+        "charges_after_crash_after_charge_provider_dedup",
+        charges[1],
+    );
+    n.note(
+        Msg::new("note.crash_after_charge")
+            .arg("charges", charges[0])
+            .arg("dedup", charges[1]),
+    );
+    Ok(())
+}
+
+/// A holder of `key` that charges the provider (with the payment service's provider key) and
+/// dies before its coordinator stores the result.
+async fn hold_and_crash_after_charge(ctx: &Ctx, key: &str) -> Result<(), ScenarioError> {
+    let fingerprint = payments::fingerprint(&ORDER, AMOUNT, CURRENCY);
+    let coordinator = coordinator(ctx, Policy::compatible().in_flight(InFlight::Raise))?;
+    let (operation, key) = (operation(), key.to_string());
+    let provider_key = provider_key(&key);
+    let provider = ctx.service(&lab_services::provider::SPEC)?.url.clone();
+    let charged = Arc::new(Notify::new());
+    let holder = tokio::spawn({
+        let charged = charged.clone();
+        async move {
+            let request =
+                Request::new(&operation, &key, payments::RESULT_TTL).fingerprint(&fingerprint);
+            let _ = coordinator
+                .coordinate(request, |_| async move {
+                    let body = lab_services::provider::ChargeRequest {
+                        order_id: ORDER.to_string(),
+                        amount: AMOUNT,
+                        currency: CURRENCY.to_string(),
+                    };
+                    let answer = Caller::new()
+                        .http()
+                        .post(format!("{provider}/charges"))
+                        .header("Idempotency-Key", provider_key)
+                        .json(&body)
+                        .send()
+                        .await;
+                    charged.notify_one();
+                    // The crash comes here: the provider has answered, nothing is stored.
+                    let _ = answer;
+                    std::future::pending::<Result<serde_json::Value, std::convert::Infallible>>()
+                        .await
+                })
+                .await;
+        }
+        .in_current_span()
+    });
+    tokio::time::timeout(LIMIT, charged.notified())
+        .await
+        .map_err(|_| ScenarioError::Broken("the holder never got the provider's answer".into()))?;
+    holder.abort();
+    let _ = holder.await;
     Ok(())
 }
 

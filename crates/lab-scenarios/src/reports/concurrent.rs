@@ -127,8 +127,8 @@ fn choreograph_unique_race(ctx: &Ctx) -> Result<Arc<AtomicBool>, ScenarioError> 
 }
 
 /// Sends the same POST from two clients at once (the checkpoints installed by the caller force
-/// the overlap inside the service), and narrates the two answers in status order: which client
-/// wins varies from run to run, what the two answers are does not.
+/// the overlap inside the service), and narrates the two answers, the winner's (201) first:
+/// which client wins varies from run to run, what the two answers are does not.
 async fn race(ctx: &Ctx, api: &ServiceHandle, path: &str) -> Vec<Answer> {
     // Two clients, no connection reuse: two connections, two handler invocations.
     let (one, two) = (Caller::new(), Caller::new());
@@ -144,8 +144,9 @@ async fn race(ctx: &Ctx, api: &ServiceHandle, path: &str) -> Vec<Answer> {
         send_post(&two, api, path, Some(STABLE_KEY), REPORT_TYPE),
     );
     let mut results = vec![a, b];
-    // Status first, then body: two 201s of the naive endpoint are listed by report id.
-    results.sort_by(|a, b| (a.status, &a.body).cmp(&(b.status, &b.body)));
+    // The insert that won first, then by status and body: two 201s of the naive endpoint are
+    // listed by report id.
+    results.sort_by_key(|r| (r.status != Some(201), r.status, r.body.clone()));
     for result in &results {
         ctx.narrator.response(result.view());
     }
@@ -199,15 +200,19 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     )
     .await?;
 
+    // One request, no race: the service tells what it does again.
+    api.voice().mute(false);
     n.step(Msg::new("step.mismatch").arg("key", STABLE_KEY))
         .await?;
     let mismatch = post_report(ctx, &Caller::new(), api, "one", Some(STABLE_KEY), "weekly").await;
     n.fact("mismatch_status", mismatch.status_or_zero());
     show_reports(ctx).await?;
+    api.voice().mute(true);
 
     n.side("side.naive");
     n.step("step.naive").await?;
     n.predict("predict_naive").await?;
+    n.step("step.naive_send").await?;
     ctx.checkpoints.barrier(NAIVE_AFTER_CHECK, 2);
     race(ctx, api, "/naive/reports").await;
     ctx.checkpoints.clear(NAIVE_AFTER_CHECK);

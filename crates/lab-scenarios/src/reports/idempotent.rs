@@ -9,10 +9,21 @@
 //! Facts: `reports_total` = 1, `first_status` = 201, `retry_status` = 200,
 //! `retry_replayed` = true, `same_report_id` = true, `task_status` = "completed",
 //! `per_attempt_key_reports_total` = 2.
+//!
+//! Last, the guarantee's boundary: the service keeps a key only for a while. Its retention job
+//! forgets the key (simulated: the key is cleared from the report's row, as a cleanup would),
+//! and a retry that comes later than that creates a second report with the same stable key.
+//! Fact: `forgotten_key_reports_total` = 2.
+//!
+//! And a side effect outside the service's transaction: a "report ready" notification written
+//! before the key is checked is written again by the retry (one report, two notifications);
+//! written in the report's own transaction (an outbox), there is one. Facts:
+//! `outside_tx_reports_total` = 1, `outside_tx_notifications` = 2, `outbox_notifications` = 1.
 
 use lab_core::Msg;
 
-use lab_services::reports;
+use lab_services::reports::{self, Notify, ReportChange};
+use lab_services::stage::ServiceHandle;
 
 use super::{
     REPORT_TYPE, STABLE_KEY, TASK_ID, claim, complete, count_reports, crash_after_post, created,
@@ -109,7 +120,121 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.reveal(Msg::new("reveal_attempt").arg("reports", per_attempt_reports))
         .await?;
 
+    forgotten_key(ctx, api, &client).await?;
+    side_effect_outside(ctx, api, &client).await?;
     n.explain();
     n.quiz();
     Ok(())
+}
+
+/// The stable key once the service has forgotten it: a late retry is a new operation again.
+async fn forgotten_key(ctx: &Ctx, api: &ServiceHandle, client: &Caller) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.forgotten");
+    reset_tables(ctx).await?;
+    super::tasks::create_task(ctx.pg()?, TASK_ID).await?;
+    claim(ctx).await?;
+    n.step(Msg::new("step.forgotten_first").arg("key", STABLE_KEY))
+        .await?;
+    post_report(ctx, client, api, "a", Some(STABLE_KEY), REPORT_TYPE).await;
+    forget_key(ctx, STABLE_KEY).await?;
+    n.step(Msg::new("step.key_forgotten").arg("key", STABLE_KEY))
+        .await?;
+    show_reports(ctx).await?;
+    n.step(Msg::new("step.late_retry").arg("key", STABLE_KEY))
+        .await?;
+    post_report(ctx, client, api, "b", Some(STABLE_KEY), REPORT_TYPE).await;
+    show_reports(ctx).await?;
+    let reports = count_reports(ctx).await?;
+    n.fact("forgotten_key_reports_total", reports);
+    n.note(Msg::new("note.forgotten").arg("reports", reports));
+    Ok(())
+}
+
+/// Simulated time: the report service's retention job clears an old key from its report's row
+/// (the report stays; the promise "one report per key" ends with the key).
+async fn forget_key(ctx: &Ctx, key: &str) -> ScenarioResult {
+    sqlx::query("UPDATE reports SET idempotency_key = NULL WHERE idempotency_key = $1")
+        .bind(key)
+        .execute(ctx.pg()?)
+        .await?;
+    Ok(())
+}
+
+/// The same retry with a side effect: the service's "report ready" notification, written
+/// outside its transaction (before the key is checked), then in it (an outbox).
+async fn side_effect_outside(ctx: &Ctx, api: &ServiceHandle, client: &Caller) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.outside_tx");
+    for notify in [Notify::Outside, Notify::Outbox] {
+        reset_tables(ctx).await?;
+        let change = ReportChange {
+            notify: Some(notify),
+            ..ReportChange::default()
+        };
+        ctx.configure(&reports::SPEC, &change).await?;
+        let outside = notify == Notify::Outside;
+        n.step(
+            Msg::new(if outside {
+                "step.notify_outside"
+            } else {
+                "step.notify_outbox"
+            })
+            .arg("key", STABLE_KEY),
+        )
+        .await?;
+        post_report(ctx, client, api, "a", Some(STABLE_KEY), REPORT_TYPE).await;
+        if outside {
+            n.predict("predict_notify").await?;
+        }
+        n.step(Msg::new("step.notify_retry").arg("key", STABLE_KEY))
+            .await?;
+        post_report(ctx, client, api, "b", Some(STABLE_KEY), REPORT_TYPE).await;
+        show_reports(ctx).await?;
+        let notifications = show_notifications(ctx, notify).await?;
+        if outside {
+            n.fact("outside_tx_reports_total", count_reports(ctx).await?);
+            n.fact("outside_tx_notifications", notifications);
+            n.reveal(Msg::new("reveal_notify").arg("notifications", notifications))
+                .await?;
+        } else {
+            n.fact("outbox_notifications", notifications);
+            n.note(Msg::new("note.outbox").arg("notifications", notifications));
+        }
+    }
+    let off = ReportChange {
+        notify: Some(Notify::Off),
+        ..ReportChange::default()
+    };
+    ctx.configure(&reports::SPEC, &off).await?;
+    Ok(())
+}
+
+/// Shows the service's notifications table, titled by where they were written (the two designs'
+/// tables are not one table changing); returns how many rows it has.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
+async fn show_notifications(ctx: &Ctx, written: Notify) -> Result<usize, ScenarioError> {
+    let rows: Vec<(i64, i64, Option<i64>)> =
+        sqlx::query_as("SELECT id, task_id, report_id FROM report_notifications ORDER BY id")
+            .fetch_all(ctx.pg()?)
+            .await?;
+    ctx.narrator.state(lab_core::Table {
+        title: Msg::new(if written == Notify::Outbox {
+            "table.notifications_outbox"
+        } else {
+            "table.notifications_outside"
+        }),
+        columns: ["id", "task_id", "report_id"].map(String::from).to_vec(),
+        rows: rows
+            .iter()
+            .map(|(id, task, report)| {
+                vec![
+                    id.to_string(),
+                    task.to_string(),
+                    report.map_or_else(|| "NULL".to_string(), |r| r.to_string()),
+                ]
+            })
+            .collect(),
+    });
+    Ok(rows.len())
 }

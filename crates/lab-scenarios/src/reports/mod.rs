@@ -237,7 +237,8 @@ pub async fn count_reports(ctx: &Ctx) -> Result<i64, ScenarioError> {
 pub async fn reset_tables(ctx: &Ctx) -> Result<(), ScenarioError> {
     let schema = &ctx.space.schema;
     sqlx::query(sqlx::AssertSqlSafe(format!(
-        "TRUNCATE {schema}.tasks, {schema}.reports, {schema}.naive_reports RESTART IDENTITY"
+        "TRUNCATE {schema}.tasks, {schema}.reports, {schema}.naive_reports, \
+         {schema}.report_notifications RESTART IDENTITY"
     )))
     .execute(ctx.pg()?)
     .await?;

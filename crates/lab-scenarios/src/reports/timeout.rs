@@ -233,6 +233,7 @@ async fn before_commit(ctx: &Ctx, timing: Timing) -> ScenarioResult {
     n.note("note.reset_tables");
     let finishes = |on| ReportChange {
         finish_after_disconnect: Some(on),
+        ..ReportChange::default()
     };
 
     ctx.configure(&reports::SPEC, &finishes(false)).await?;
