@@ -114,17 +114,19 @@ pub fn assert_nothing_left(tmp: &Path) {
 /// A port base for `lab serve` whose ports (base+4 to base+29) look free right now. They are
 /// released before `lab serve` binds them, so another process may take one in between: the
 /// tests that start `lab serve` retry with another base when that happens.
+///
+/// The bases are drawn below the kernel's ephemeral range (Linux starts it at 32768), where no
+/// outgoing connection of the many a test run makes can land on them; a base found from an
+/// ephemeral port often failed on a busy machine, whose connections fill that range.
 pub fn free_port_base() -> u16 {
-    for _ in 0..100 {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
-        let Some(base) = port.checked_sub(4) else {
-            continue;
-        };
-        if base.checked_add(30).is_none() {
-            continue;
-        }
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    for attempt in 0..200u32 {
+        // 10 000 to 31 999: below the ephemeral range, above the well-known ports.
+        let spread = seed.wrapping_add(attempt.wrapping_mul(7_919)) % 22_000;
+        let base = 10_000 + spread as u16;
         let free = (4..30).all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok());
         if free {
             return base;
