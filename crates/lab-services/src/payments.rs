@@ -467,7 +467,13 @@ async fn pay(
     service
         .requests
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let (tenant, order) = validate(&payment)?;
+    let (tenant, order) = match validate(&payment) {
+        Ok(ids) => ids,
+        Err(refused) => {
+            service.tell(Msg::new("payments.invalid_payment")).await;
+            return Err(refused);
+        }
+    };
     let key = client_key(&headers)?;
     let tasks = service.tasks.clone();
     tasks
@@ -518,15 +524,17 @@ async fn charge_once(
     let result = coordinator
         .coordinate(request, |_fence| async {
             service.tell_heard(&heard).await;
-            if config.ask_provider_first
-                && let Some(found) = charge_at_provider(&service, &provider_key).await
-            {
-                service
-                    .tell(
-                        Msg::new("payments.found_at_provider").arg("id", found.charge_id.as_str()),
-                    )
-                    .await;
-                return Ok(found);
+            if config.ask_provider_first {
+                if let Some(found) = charge_at_provider(&service, &provider_key).await {
+                    service
+                        .tell(
+                            Msg::new("payments.found_at_provider")
+                                .arg("id", found.charge_id.as_str()),
+                        )
+                        .await;
+                    return Ok(found);
+                }
+                service.tell(Msg::new("payments.none_at_provider")).await;
             }
             service.checkpoints.reached(IN_ACTION).await;
             let charged = call_provider(&service, &provider_key, &charge).await;

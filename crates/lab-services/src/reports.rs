@@ -440,6 +440,12 @@ async fn insert_or_replay(
         service.checkpoints.reached(AFTER_INSERT).await;
         tx.commit().await?;
         tracing::info!(report_id, "report created, key stored with it");
+        if notify == Notify::Outbox {
+            // Told first: it was written before the COMMIT the next line tells.
+            service
+                .tell(Msg::new("reports.notified_outbox").arg("id", report_id))
+                .await;
+        }
         service
             .tell(
                 Msg::new("reports.inserted_key")
@@ -447,11 +453,6 @@ async fn insert_or_replay(
                     .arg("key", &key),
             )
             .await;
-        if notify == Notify::Outbox {
-            service
-                .tell(Msg::new("reports.notified_outbox").arg("id", report_id))
-                .await;
-        }
         service.checkpoints.reached(COMMITTED).await;
         service.checkpoints.reached(ANSWERED).await;
         return Ok(created(StatusCode::CREATED, report_id, false));

@@ -85,9 +85,16 @@ impl Sections<'_> {
                 out.push_str(&format!("## {}\n\n", self.common("label.predict")));
             }
             let question = self.own(&format!("{prefix}.question"));
-            // Written to follow "Predict: " in the terminal; here it opens a line.
+            // The step just before the question is its setup in the run; a handout has no run.
+            let setup = events[..i].iter().rev().find_map(|e| match e {
+                Event::Step { text, .. } => Some(self.texts.render(self.name, self.lang, text)),
+                _ => None,
+            });
+            // The setup first, then the question (written to follow "Predict: " in the
+            // terminal; here it opens a line).
+            let setup = setup.map_or_else(String::new, |s| format!("*{}* ", one_line(&s)));
             out.push_str(&format!(
-                "{asked}. {}\n\n",
+                "{asked}. {setup}{}\n\n",
                 capitalised(&one_line(&question))
             ));
             let options = self
@@ -236,8 +243,13 @@ impl Sections<'_> {
     }
 }
 
-/// `text` with its first letter in upper case.
+/// `text` with its first letter in upper case, unless it opens with a name from code
+/// (`complete_task()`, `lease_until`), which keeps its case.
 fn capitalised(text: &str) -> String {
+    let first_word = text.split_whitespace().next().unwrap_or_default();
+    if first_word.contains(['_', '(']) {
+        return text.to_string();
+    }
     let mut chars = text.chars();
     match chars.next() {
         Some(first) => first.to_uppercase().chain(chars).collect(),

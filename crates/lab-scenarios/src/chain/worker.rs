@@ -259,7 +259,6 @@ async fn ack_lost(ctx: &Ctx, s: &Setup) -> ScenarioResult {
     }
     show_pending(ctx, s).await?;
     show_emails(ctx).await?;
-    show_invoice_record(ctx, 1).await?;
     Ok(())
 }
 
@@ -291,7 +290,11 @@ async fn show_invoice_record(ctx: &Ctx, version: u32) -> ScenarioResult {
                 format!("{:?}", found.record.status).to_lowercase(),
                 result["email_id"].as_str().unwrap_or("NULL").to_string(),
                 // Minutes, not seconds: the seconds left depend on how long the lost ack took.
-                format!("{} min", minutes_left(found.ttl_secs)),
+                format!(
+                    "{} min = {} s",
+                    minutes_left(found.ttl_secs),
+                    minutes_left(found.ttl_secs) * 60
+                ),
             ]
         }
     };
@@ -318,7 +321,8 @@ fn minutes_left(secs: i64) -> i64 {
 async fn redelivery_replays(ctx: &Ctx, s: &Setup) -> ScenarioResult {
     let n = &ctx.narrator;
     n.predict("predict").await?;
-    n.step("step.redelivery").await?;
+    n.step(Msg::new("step.redelivery").arg("idle", CLAIM_MIN_IDLE.as_secs() as i64))
+        .await?;
     timeout_passes(s).await?;
     let redelivered = s.b.take_redelivered().await?;
     let v1_again = match &redelivered {
@@ -335,8 +339,9 @@ async fn redelivery_replays(ctx: &Ctx, s: &Setup) -> ScenarioResult {
             .arg("id", v1_again.as_str())
             .arg("emails", after_redelivery),
     )
-    .await
-    .map_err(Into::into)
+    .await?;
+    // What the replay came from, shown after the answer (before it, it would give it away).
+    show_invoice_record(ctx, 1).await
 }
 
 /// Step 3: invoice v2 is published twice; worker A's send is held inside the mailer call while
@@ -347,18 +352,19 @@ async fn duplicate_meets_a_send(ctx: &Ctx, s: &Setup) -> ScenarioResult {
     publish(ctx, s, &job(2, ANNA)).await?;
     publish(ctx, s, &job(2, ANNA)).await?;
     let mut a_sends = ctx.hold(SENDING).call(s.a.take_new()).await?;
+    n.predict("predict_in_progress").await?;
     n.step("step.b_meets").await?;
     let b_meets = a_sends.meanwhile(s.b.take_new()).await??;
     let pending = show_pending(ctx, s).await?;
     // The duplicate of v2 is the third entry published.
     let duplicate = s.entries.id(3).unwrap_or_default();
-    n.fact(
-        "in_progress_not_acked",
-        b_meets == Some(Handled::InProgress)
-            && pending
-                .iter()
-                .any(|p| p.entry == duplicate && p.consumer == "b"),
-    );
+    let not_acked = b_meets == Some(Handled::InProgress)
+        && pending
+            .iter()
+            .any(|p| p.entry == duplicate && p.consumer == "b");
+    n.fact("in_progress_not_acked", not_acked);
+    n.reveal(Msg::new("reveal_in_progress").arg("pending", pending.len()))
+        .await?;
     n.step("step.a_finishes").await?;
     a_sends.release().await?;
     show_pending(ctx, s).await?;
@@ -454,6 +460,9 @@ async fn ack_before_send(ctx: &Ctx, s: &Setup) -> ScenarioResult {
     n.step("step.ack_first_later").await?;
     timeout_passes(s).await?;
     let claimed = s.b.take_redelivered().await?;
+    if claimed.is_none() {
+        n.note("note.nothing_to_claim");
+    }
     let sent = show_emails(ctx).await? - before;
     n.fact("ack_first_pending", pending.len());
     n.fact("ack_first_claimed_again", claimed.is_some());

@@ -8,8 +8,9 @@
 //! (simulated), then one charges. (d) A slow first charge outlives its lease, in real time with a
 //! 600 ms lease: with the compatible coordinator a second call reserves the lapsed key and charges
 //! alongside (two charges); the hardened coordinator renews the lease while the charge runs (every
-//! 200 ms, compare-and-set on its owner token), so after two leases the key is still held, the
-//! second call gets 409, and the provider charges once.
+//! third of its lease, compare-and-set on its owner token), so after two leases the key is still held, the
+//! second call gets 409, and the provider charges once. That half runs with a longer lease
+//! (2 s), so that only a stall of over a second could end the renewal on a loaded machine.
 //!
 //! (c) again with a holder that crashes *after* the provider charged: once the lease expires
 //! the retry charges a second time, unless the provider removes duplicates by the provider key.
@@ -45,7 +46,7 @@ pub const SCENARIO: Scenario = Scenario {
         services: &[&payments::SPEC],
         faults: FaultUse::None,
     },
-    knobs: &[SHORT_LEASE.spec],
+    knobs: &[SHORT_LEASE.spec, HARDENED_LEASE.spec],
     run: |ctx| Box::pin(run(ctx)),
 };
 
@@ -53,6 +54,8 @@ pub const SCENARIO: Scenario = Scenario {
 const TTLS: [u64; 3] = [3600, 90, 30];
 /// Part (d)'s lease: short, so that it really lapses (or is really renewed) while the lab waits.
 const SHORT_LEASE: Knob<Duration> = Knob::millis("short_lease_ms", 600, 1..=600_000);
+/// The hardened half of part (d): renewed every third of it, on the coordinator's own timer.
+const HARDENED_LEASE: Knob<Duration> = Knob::millis("hardened_lease_ms", 2_000, 30..=600_000);
 /// A state the lab waits for that does not come within this is a broken script.
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -91,13 +94,18 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     n.reveal(Msg::new("reveal").arg("charges", compatible))
         .await?;
 
+    // The hardened half renews every third of its lease on its own timer, so a machine that
+    // stalls for two thirds of a lease would end the renewal and change the story: a longer
+    // lease here makes a stall of over a second the only way, and the wait is two leases.
+    let hardened_lease = ctx.knob(&HARDENED_LEASE)?;
     let hardened = PaymentChange {
         policy: Some(PolicyName::Hardened),
+        lease_ms: Some(millis(hardened_lease)),
         ..PaymentChange::default()
     };
     configure_payments(ctx, hardened).await?;
     n.step("step.hardened").await?;
-    let hardened = slow_first(ctx, "K5", true, short_lease).await?;
+    let hardened = slow_first(ctx, "K5", true, hardened_lease).await?;
     n.fact("charges_hardened", hardened);
     n.note(Msg::new("note.hardened").arg("charges", hardened));
 
@@ -167,21 +175,26 @@ async fn ttls_table(
     Ok(ttls_of(rows))
 }
 
-/// A row of the TTL table: the key, the TTL it was stored with, its PTTL in whole seconds.
+/// A row of the TTL table: the key, the TTL asked for, the TTL Redis has (PTTL, in whole
+/// seconds).
 fn ttl_row(shown: &str, ttl: u64, observed: i64) -> Vec<String> {
-    vec![shown.to_string(), ttl.to_string(), format!("{observed} s")]
+    vec![
+        shown.to_string(),
+        format!("{ttl} s"),
+        format!("{observed} s"),
+    ]
 }
 
 /// The TTL table.
 fn ttls_of(rows: Vec<Vec<String>>) -> Table {
     Table {
         title: Msg::new("table.ttls"),
-        columns: ["key", "ttl_seconds", "pttl"].map(String::from).to_vec(),
+        columns: ["key", "asked", "set (PTTL)"].map(String::from).to_vec(),
         rows,
     }
 }
 
-/// (c) A holder that crashes inside the action: its reservation stays until the lease lapses.
+/// (c) A holder that crashes inside the action: its reservation stays until the lease expires.
 /// The holder is the lab's own coordinator call, abandoned (its task aborted) once it is inside.
 async fn crashed_holder(ctx: &Ctx) -> Result<(), ScenarioError> {
     let n = &ctx.narrator;

@@ -111,8 +111,7 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
         .await?;
     let retry = post_report(ctx, &client, api, "b", Some(&key_b), REPORT_TYPE).await;
     if let Some(created) = created(&retry) {
-        super::tasks::complete_task(ctx.pg()?, TASK_ID, attempts_b, created.report_id, true)
-            .await?;
+        complete(ctx, "b", attempts_b, created.report_id, true).await?;
     }
     show_reports(ctx).await?;
     let per_attempt_reports = count_reports(ctx).await?;
