@@ -260,11 +260,12 @@ pub(crate) async fn serve_connection<P: ProxyContext>(
     }
     let upstream_address = proxy.upstream();
     let connected = tokio::select! {
-        connected = TcpStream::connect(upstream_address.as_str()) => connected,
+        biased;
         ending = connection.cut_requested() => {
             end_connection(client, None, ending).await;
             return;
         }
+        connected = TcpStream::connect(upstream_address.as_str()) => connected,
     };
     // Like Toxiproxy: when the server cannot be reached, the client is just closed.
     let Ok(mut upstream) = connected else { return };
@@ -291,9 +292,12 @@ pub(crate) async fn serve_connection<P: ProxyContext>(
             &connection,
         );
         tokio::select! {
+            // A cut, once asked for, wins over any data ready at the same poll: bytes a client
+            // writes after the proxy was disabled must never reach the server.
+            biased;
+            ending = connection.cut_requested() => Some(ending),
             // `Ok`: both directions have closed normally, nothing is left to do.
             finished = async { tokio::try_join!(toward_server, toward_client) } => finished.err(),
-            ending = connection.cut_requested() => Some(ending),
         }
     };
     if let Some(ending) = ending {
