@@ -173,8 +173,13 @@ impl Sections<'_> {
         out
     }
 
-    /// The Mermaid sequence diagram of the run's calls, with a note on what it leaves out.
+    /// The Mermaid sequence diagram of the run's calls, with a note on what it leaves out;
+    /// nothing when there is nothing to draw (lease-stale works on our table alone).
     fn diagram(&self, events: &[Event]) -> String {
+        let mermaid = mermaid_calls(self.texts, self.lang, events);
+        if mermaid.lines().count() < 2 {
+            return String::new();
+        }
         format!(
             "## {}\n\n{}\n\n```mermaid\n{}```\n\n",
             self.common("docs.diagram"),
@@ -183,7 +188,7 @@ impl Sections<'_> {
                 self.lang,
                 &Msg::new("docs.diagram_note").arg("name", self.name)
             ),
-            mermaid_calls(self.texts, self.lang, events),
+            mermaid,
         )
     }
 
