@@ -420,6 +420,9 @@ impl Direction<'_> {
         loop {
             let close_deadline = self.toxics.close_deadline();
             let incoming = tokio::select! {
+                // In this order: a toxic added or removed is applied before the next chunk
+                // moves, so a chunk read after the change can never pass the old chain.
+                biased;
                 // A timeout toxic closes the connection at its deadline, even while
                 // no byte moves.
                 () = sleep_until_if_some(close_deadline) => return Err(Ending::close()),
