@@ -199,31 +199,8 @@ fn ttls_of(rows: Vec<Vec<String>>) -> Table {
 async fn crashed_holder(ctx: &Ctx) -> Result<(), ScenarioError> {
     let n = &ctx.narrator;
     const K3: &str = "K3";
-    let fingerprint = payments::fingerprint(&ORDER, AMOUNT, CURRENCY);
-    let coordinator = coordinator(ctx, Policy::compatible().in_flight(InFlight::Raise))?;
-    let operation = operation();
-    let inside = Arc::new(Notify::new());
-    let holder = tokio::spawn({
-        let inside = inside.clone();
-        async move {
-            let request =
-                Request::new(&operation, K3, payments::RESULT_TTL).fingerprint(&fingerprint);
-            let _ = coordinator
-                .coordinate(request, |_| async move {
-                    inside.notify_one();
-                    // The crash comes while the holder is here.
-                    std::future::pending::<Result<serde_json::Value, std::convert::Infallible>>()
-                        .await
-                })
-                .await;
-        }
-        .in_current_span()
-    });
-    tokio::time::timeout(LIMIT, inside.notified())
-        .await
-        .map_err(|_| ScenarioError::Broken("the holder never reserved K3".into()))?;
-    holder.abort();
-    let _ = holder.await;
+    // The crash comes right after the reservation, before the provider is called.
+    holder_that_crashes(ctx, K3, async {}).await?;
     n.step(Msg::new("step.crash").arg("key", K3)).await?;
     show_records(ctx, &[K3]).await?;
 
@@ -284,34 +261,48 @@ async fn crashed_after_charge(ctx: &Ctx) -> Result<(), ScenarioError> {
 /// A holder of `key` that charges the provider (with the payment service's provider key) and
 /// dies before its coordinator stores the result.
 async fn hold_and_crash_after_charge(ctx: &Ctx, key: &str) -> Result<(), ScenarioError> {
+    let provider = ctx.service(&lab_services::provider::SPEC)?.url.clone();
+    let provider_key = provider_key(key);
+    holder_that_crashes(ctx, key, async move {
+        let body = lab_services::provider::ChargeRequest {
+            order_id: ORDER.to_string(),
+            amount: AMOUNT,
+            currency: CURRENCY.to_string(),
+        };
+        // Whatever the provider answers, the holder dies right after: nothing is stored.
+        let _ = Caller::new()
+            .http()
+            .post(format!("{provider}/charges"))
+            .header("Idempotency-Key", provider_key)
+            .json(&body)
+            .send()
+            .await;
+    })
+    .await
+}
+
+/// A coordinator call for `key` (the lab's own, built as the payment service builds it) whose
+/// action runs `before_crash` and then never ends; once it has got that far, its task is aborted:
+/// a process that crashes inside the action, leaving its reservation to the lease.
+async fn holder_that_crashes(
+    ctx: &Ctx,
+    key: &str,
+    before_crash: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ScenarioError> {
     let fingerprint = payments::fingerprint(&ORDER, AMOUNT, CURRENCY);
     let coordinator = coordinator(ctx, Policy::compatible().in_flight(InFlight::Raise))?;
     let (operation, key) = (operation(), key.to_string());
-    let provider_key = provider_key(&key);
-    let provider = ctx.service(&lab_services::provider::SPEC)?.url.clone();
-    let charged = Arc::new(Notify::new());
+    let inside = Arc::new(Notify::new());
     let holder = tokio::spawn({
-        let charged = charged.clone();
+        let (inside, key) = (inside.clone(), key.clone());
         async move {
             let request =
                 Request::new(&operation, &key, payments::RESULT_TTL).fingerprint(&fingerprint);
             let _ = coordinator
                 .coordinate(request, |_| async move {
-                    let body = lab_services::provider::ChargeRequest {
-                        order_id: ORDER.to_string(),
-                        amount: AMOUNT,
-                        currency: CURRENCY.to_string(),
-                    };
-                    let answer = Caller::new()
-                        .http()
-                        .post(format!("{provider}/charges"))
-                        .header("Idempotency-Key", provider_key)
-                        .json(&body)
-                        .send()
-                        .await;
-                    charged.notify_one();
-                    // The crash comes here: the provider has answered, nothing is stored.
-                    let _ = answer;
+                    before_crash.await;
+                    inside.notify_one();
+                    // The crash comes while the holder is here.
                     std::future::pending::<Result<serde_json::Value, std::convert::Infallible>>()
                         .await
                 })
@@ -319,9 +310,9 @@ async fn hold_and_crash_after_charge(ctx: &Ctx, key: &str) -> Result<(), Scenari
         }
         .in_current_span()
     });
-    tokio::time::timeout(LIMIT, charged.notified())
+    tokio::time::timeout(LIMIT, inside.notified())
         .await
-        .map_err(|_| ScenarioError::Broken("the holder never got the provider's answer".into()))?;
+        .map_err(|_| ScenarioError::Broken(format!("the holder of {key} never got inside")))?;
     holder.abort();
     let _ = holder.await;
     Ok(())

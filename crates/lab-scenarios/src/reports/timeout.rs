@@ -87,6 +87,20 @@ async fn call_through_slow_hop(
     Ok(answer)
 }
 
+/// Worker A's retry once the story no longer turns on its timeout: narrated, with a client that
+/// waits long enough for a busy machine (`RETRY_TIMEOUT`).
+async fn retry_patiently(ctx: &Ctx, api: &ServiceHandle, key: Option<&str>) -> Answer {
+    post_report(
+        ctx,
+        &Caller::waiting(RETRY_TIMEOUT),
+        api,
+        "a",
+        key,
+        REPORT_TYPE,
+    )
+    .await
+}
+
 /// An answer's outcome as the narrative's language labels it (`outcome.unknown`: «неизвестно»).
 fn outcome_label(answer: &Answer) -> Msg {
     Msg::new(format!("outcome.{}", answer.outcome.word()))
@@ -163,15 +177,7 @@ async fn keyed(ctx: &Ctx, timing: Timing) -> ScenarioResult {
     ctx.faults()?.remove(slow).await?;
     n.step(Msg::new("step.retry").arg("key", STABLE_KEY))
         .await?;
-    let retry = post_report(
-        ctx,
-        &Caller::waiting(RETRY_TIMEOUT),
-        api,
-        "a",
-        Some(STABLE_KEY),
-        REPORT_TYPE,
-    )
-    .await;
+    let retry = retry_patiently(ctx, api, Some(STABLE_KEY)).await;
     let retry_id = created(&retry).map(|c| c.report_id);
     if let Some(report_id) = retry_id {
         n.step(Msg::new("step.complete").arg("report_id", report_id))
@@ -207,15 +213,7 @@ async fn keyless(ctx: &Ctx, timing: Timing) -> ScenarioResult {
     ctx.faults()?.remove(slow).await?;
     n.predict("predict_keyless").await?;
     n.step("step.retry_keyless").await?;
-    post_report(
-        ctx,
-        &Caller::waiting(RETRY_TIMEOUT),
-        api,
-        "a",
-        None,
-        REPORT_TYPE,
-    )
-    .await;
+    retry_patiently(ctx, api, None).await;
     show_reports(ctx).await?;
     let keyless = count_reports(ctx).await?;
     n.fact("keyless_retry_reports_total", keyless);
@@ -250,15 +248,7 @@ async fn before_commit(ctx: &Ctx, timing: Timing) -> ScenarioResult {
     show_reports(ctx).await?;
     n.step(Msg::new("step.retry_same_key").arg("key", STABLE_KEY))
         .await?;
-    let retry = post_report(
-        ctx,
-        &Caller::waiting(RETRY_TIMEOUT),
-        api,
-        "a",
-        Some(STABLE_KEY),
-        REPORT_TYPE,
-    )
-    .await;
+    let retry = retry_patiently(ctx, api, Some(STABLE_KEY)).await;
     show_reports(ctx).await?;
     let total = count_reports(ctx).await?;
     n.fact("cancelled_outcome", gave_up.outcome.word());
@@ -291,15 +281,7 @@ async fn before_commit(ctx: &Ctx, timing: Timing) -> ScenarioResult {
     let rows = show_reports(ctx).await?;
     n.step(Msg::new("step.retry_same_key").arg("key", STABLE_KEY))
         .await?;
-    let retry = post_report(
-        ctx,
-        &Caller::waiting(RETRY_TIMEOUT),
-        api,
-        "a",
-        Some(STABLE_KEY),
-        REPORT_TYPE,
-    )
-    .await;
+    let retry = retry_patiently(ctx, api, Some(STABLE_KEY)).await;
     let same = created(&retry).map(|c| c.report_id) == rows.first().map(|r| r.id);
     n.fact("finishing_outcome", gave_up.outcome.word());
     n.fact("finishing_reports_after_timeout", after_timeout);
