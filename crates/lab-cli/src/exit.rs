@@ -13,6 +13,9 @@ pub const DRIFT: u8 = 1;
 pub const USAGE: u8 = 2;
 /// The environment: a server cannot be started or reached, a file cannot be read.
 pub const ENVIRONMENT: u8 = 3;
+/// `lab exercise check`: a check could not decide (a fault that never fired, a race never
+/// reached), or the learner's program never answered; no check failed.
+pub const UNDECIDED: u8 = 4;
 /// Interrupted with Ctrl-C (128 + SIGINT), or stopped with `q` in step mode, after cleaning up.
 pub const INTERRUPTED: u8 = 130;
 /// Terminated with SIGTERM (128 + SIGTERM), after cleaning up.

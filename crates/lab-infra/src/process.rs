@@ -150,6 +150,24 @@ impl ServerProcess {
         status
     }
 
+    /// Kills the process group at once (SIGKILL: no handler runs, nothing is flushed) and waits
+    /// until it is gone: a crash, as `lab exercise` stages one.
+    pub async fn kill(mut self) {
+        if self.done {
+            return;
+        }
+        if !self.has_exited() {
+            self.signal_group(Signal::SIGKILL);
+            if !self.exits_within(KILL_GRACE).await {
+                eprintln!("lab: {} (pid {}) survives SIGKILL", self.name, self.pid);
+                self.done = true;
+                return;
+            }
+        }
+        self.await_group().await;
+        self.done = true;
+    }
+
     /// Stops the process and waits until it and its group are gone: the clean signal, then the
     /// quick one, then SIGKILL, each after the previous one's grace period.
     pub async fn stop(mut self) {

@@ -51,6 +51,13 @@ impl PgTarget {
         redact(&self.url)
     }
 
+    /// The URL a program the lab starts for a learner (`lab exercise`) connects with: the
+    /// run's schema as its `search_path`, in `options`, which libpq (psycopg, psql) and sqlx
+    /// both read; the password, if any, kept, since that program cannot be asked for it.
+    pub fn guest_url(&self, schema: &str) -> Result<String, InfraError> {
+        with_search_path(&self.url, schema)
+    }
+
     /// The URL a learner gives `psql` to look at a run's schema, password hidden (psql asks
     /// for it, or reads PGPASSWORD).
     pub fn psql_url(&self, schema: &str) -> Result<String, InfraError> {

@@ -16,6 +16,7 @@ Exit codes:
        protections on: an iteration charged twice (with them off, exit 0)
   2    usage error: an unknown flag, scenario or value
   3    environment: PostgreSQL or Redis cannot be started or reached
+  4    `lab exercise check`: a check could not decide, or your program never answered
   130  interrupted by Ctrl-C, or stopped with q in step mode
   143  terminated by SIGTERM
        (servers and temporary files are cleaned up first in every case; `lab serve`
@@ -129,6 +130,141 @@ Examples:
 
 /// lab: see, on real PostgreSQL and Redis, why retries duplicate side effects and how
 /// idempotency stops it.
+const EXERCISE_EXAMPLES: &str = "\
+Examples:
+  lab exercise list                         the exercises, with your progress
+  lab exercise start report-api             a starter in ./lab-exercises/report-api
+  lab exercise check report-api             start it, attack it, a verdict per check
+  lab exercise check report-api --only race --seed 7
+                                            one check, replayed by its seed
+  lab exercise check report-api --target http://127.0.0.1:8000 --database-url postgresql://…
+                                            a service already running, on its own database
+  lab exercise check report-api --format junit > report.xml
+                                            one test case per check, for a course CI
+  lab exercise hint report-api --level 2    a hint; three levels, the last one nearly the answer
+  lab exercise solution report-api          the reference solution, beside your folder";
+
+const EXERCISE_LIST_EXAMPLES: &str = "\
+Examples:
+  lab exercise list                         each exercise, its lesson, your progress
+  lab exercise list --lang ru               in Russian";
+
+const EXERCISE_START_EXAMPLES: &str = "\
+Examples:
+  lab exercise start report-api             the Python starter in ./lab-exercises/report-api
+  lab exercise start report-api --in rust ~/code/report-api
+                                            the Rust starter, in a folder of your own";
+
+const EXERCISE_CHECK_EXAMPLES: &str = "\
+Examples:
+  lab exercise check report-api             ./lab-exercises/report-api, every check
+  lab exercise check report-api ~/code/report-api --only crash
+                                            one check, in a folder of your own
+  lab exercise check report-api --only burst --seed 7 --repeat 20
+                                            replay a seeded check, and explore longer
+  lab exercise check report-api --target http://127.0.0.1:8000 --database-url postgresql://localhost/mine
+                                            a service already running (crash is skipped)
+  lab exercise check report-api --format junit > report.xml
+                                            one test case per check
+Exit codes: 0 every check passed, 1 a check failed, 4 a check could not decide
+(or your program never answered), 2 usage, 3 environment, 130/143 interrupted.";
+
+const EXERCISE_HINT_EXAMPLES: &str = "\
+Examples:
+  lab exercise hint report-api              the first hint: where to look
+  lab exercise hint report-api --level 3    the last one: nearly the answer";
+
+const EXERCISE_SOLUTION_EXAMPLES: &str = "\
+Examples:
+  lab exercise solution report-api          ./lab-exercises/report-api-solution
+  lab exercise solution report-api --in rust ~/code/report-api
+                                            the Rust solution in ~/code/report-api-solution";
+
+const EXERCISE_VERIFY_EXAMPLES: &str = "\
+Examples:
+  lab exercise verify --python-venv target/exercise-py
+                                            every exercise, both languages, five seeds
+  lab exercise verify report-api --seeds 1 --python-venv target/exercise-py";
+
+#[derive(Debug, Subcommand)]
+pub enum ExerciseCommand {
+    /// The exercises in the course's order, each with its lesson and your progress
+    #[command(after_help = EXERCISE_LIST_EXAMPLES)]
+    List,
+    /// Write a starter project: a README (the contract, how to run it alone), a manifest, the
+    /// code with TODOs where the lesson is
+    #[command(after_help = EXERCISE_START_EXAMPLES)]
+    Start {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The folder [default: ./lab-exercises/NAME]; it must be new or empty
+        #[arg(value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+        /// The starter's language
+        #[arg(long = "in", value_name = "LANGUAGE", default_value = "python")]
+        language: String,
+    },
+    /// Start throwaway PostgreSQL and your program (from its lab-exercise.toml), run the
+    /// checks, and stop everything
+    #[command(after_help = EXERCISE_CHECK_EXAMPLES)]
+    Check {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The exercise's folder [default: ./lab-exercises/NAME]
+        #[arg(value_name = "DIR", conflicts_with = "target")]
+        dir: Option<std::path::PathBuf>,
+        /// Check a service that is already running at this URL instead (with --database-url:
+        /// the database it writes to); the checks that must kill or restart it are skipped
+        #[arg(long, value_name = "URL")]
+        target: Option<String>,
+        /// Only this check (repeat for several)
+        #[arg(long, value_name = "CHECK")]
+        only: Vec<String>,
+        /// The seed of the checks that explore timings and inputs [default: from the clock,
+        /// printed in each replay line]
+        #[arg(long)]
+        seed: Option<u64>,
+        /// How many times the exploring checks repeat (the bursts)
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        repeat: u32,
+    },
+    /// A hint for an exercise: level 1 points the way, level 3 nearly gives the answer
+    #[command(after_help = EXERCISE_HINT_EXAMPLES)]
+    Hint {
+        #[arg(value_name = "NAME")]
+        name: String,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
+        level: u8,
+    },
+    /// Write the reference solution beside your folder (DIR-solution), never over your files
+    #[command(after_help = EXERCISE_SOLUTION_EXAMPLES)]
+    Solution {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// Your exercise's folder [default: ./lab-exercises/NAME]; the solution goes to
+        /// DIR-solution
+        #[arg(value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+        #[arg(long = "in", value_name = "LANGUAGE", default_value = "python")]
+        language: String,
+    },
+    /// For maintainers: every starter fails exactly its TODOs' checks, every solution passes
+    /// every check, over several seeds; each README names every check
+    #[command(after_help = EXERCISE_VERIFY_EXAMPLES)]
+    Verify {
+        /// Only this exercise [default: all]
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
+        /// How many seeds each project is checked with
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+        seeds: u32,
+        /// A virtual environment with the Python exercises' requirements installed, linked
+        /// into each Python project as its .venv
+        #[arg(long, value_name = "DIR")]
+        python_venv: Option<std::path::PathBuf>,
+    },
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "lab", version, after_help = AFTER_HELP)]
 pub struct Cli {
@@ -281,6 +417,10 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Protections::On)]
         protections: Protections,
     },
+    /// Exercises: write the fix yourself, and the lab attacks it (list, start, check, hint,
+    /// solution; verify for maintainers)
+    #[command(subcommand, after_help = EXERCISE_EXAMPLES)]
+    Exercise(ExerciseCommand),
     /// Serve the bundled services on fixed ports, each behind a fault proxy, with the Toxiproxy
     /// API on 127.0.0.1:8474, until Ctrl-C
     #[command(after_help = SERVE_EXAMPLES)]
@@ -393,6 +533,7 @@ pub enum ColorArg {
 pub enum FormatArg {
     Text,
     Json,
-    /// JUnit XML (`lab check` only): one test case per scenario and language, for course CIs.
+    /// JUnit XML (`lab check` and `lab exercise check`): one test case per scenario and
+    /// language, or per check, for course CIs.
     Junit,
 }

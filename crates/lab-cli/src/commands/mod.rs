@@ -4,6 +4,7 @@
 mod bench;
 mod check;
 mod doctor;
+mod exercise;
 mod explain;
 mod list;
 mod page;
@@ -35,7 +36,12 @@ pub fn lang(global: &Global) -> Lang {
 /// Runs the command. A failure is reported by the caller, once everything is stopped.
 pub async fn dispatch(cli: Cli, library: Result<Library, LibraryError>) -> Result<u8, Failure> {
     let junit = cli.global.format == FormatArg::Junit;
-    if junit && !matches!(cli.command, Command::Check { .. }) {
+    if junit
+        && !matches!(
+            cli.command,
+            Command::Check { .. } | Command::Exercise(crate::cli::ExerciseCommand::Check { .. })
+        )
+    {
         return Err(Failure::usage(t("junit_elsewhere")));
     }
     let options = options(&cli.global, &cli.command)?;
@@ -82,6 +88,9 @@ pub async fn dispatch(cli: Cli, library: Result<Library, LibraryError>) -> Resul
             protections,
         } => soak::soak(options, library?, *target, *iterations, *seed, *protections).await,
         Command::Bench(bench) => bench::bench(options, library?, bench).await,
+        Command::Exercise(command) => {
+            exercise::exercise_command(options, library, command, junit).await
+        }
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut command, "lab", &mut std::io::stdout());

@@ -1,0 +1,802 @@
+//! `lab exercise`: list, start, check, hint, solution, verify. The engine is `lab-exercises`;
+//! this module turns its reports into text (in the learner's language), JSON lines or JUnit,
+//! and its verdicts into exit codes.
+
+use std::path::{Path, PathBuf};
+
+use colored::Colorize;
+use lab_core::{Lang, Msg, Texts};
+use lab_exercises::state::{self, Progress};
+use lab_exercises::{
+    CheckOptions, CheckReport, Checked, Exercise, Line, NotReady, Subject, Verdict,
+};
+use lab_infra::Needs;
+use lab_scenarios::Library;
+
+use crate::cli::ExerciseCommand;
+use crate::exit::{self, Failure};
+use crate::session::{Format, Mode, Session, SessionOptions};
+
+/// How `check` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+    Junit,
+}
+
+/// The words of the exercises, rendered in one language.
+struct Words {
+    texts: Texts,
+    lang: Lang,
+    color: bool,
+}
+
+impl Words {
+    fn new(options: &SessionOptions) -> Result<Words, Failure> {
+        let texts = lab_exercises::texts().map_err(Failure::environment)?;
+        Ok(Words {
+            texts,
+            lang: options.lang,
+            color: options.color,
+        })
+    }
+
+    /// A shared word (`exercises/common/*.toml`).
+    fn common(&self, msg: impl Into<Msg>) -> String {
+        self.texts
+            .render(lab_exercises::COMMON, self.lang, &msg.into())
+    }
+
+    /// A word of one exercise.
+    fn of(&self, exercise: &Exercise, msg: &Msg) -> String {
+        self.texts.render(exercise.name, self.lang, msg)
+    }
+
+    /// A verdict's word, padded to the longest of the four in this language (before colour,
+    /// which would count as width).
+    fn verdict(&self, verdict: &Verdict) -> String {
+        let width = ["pass", "fail", "unknown", "skipped"]
+            .iter()
+            .map(|w| {
+                self.common(Msg::new(format!("verdict.{w}")))
+                    .chars()
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        let word = self.common(Msg::new(format!("verdict.{}", verdict.word())));
+        let word = format!("{word:<width$}");
+        if !self.color {
+            return word;
+        }
+        match verdict {
+            Verdict::Pass => word.green().bold().to_string(),
+            Verdict::Fail(_) => word.red().bold().to_string(),
+            Verdict::Unknown(_) => word.yellow().bold().to_string(),
+            Verdict::Skipped(_) => word.dimmed().to_string(),
+        }
+    }
+}
+
+fn exercise(name: &str) -> Result<&'static Exercise, Failure> {
+    lab_exercises::find(name).ok_or_else(|| {
+        Failure::usage(lab_exercises::ExerciseError::Unknown(name.to_string()).to_string())
+    })
+}
+
+fn default_dir(name: &str) -> PathBuf {
+    PathBuf::from("lab-exercises").join(name)
+}
+
+fn check_lang(exercise: &Exercise, lang: &str) -> Result<(), Failure> {
+    if exercise.langs.contains(&lang) {
+        return Ok(());
+    }
+    Err(Failure::usage(
+        lab_exercises::ExerciseError::NoLang {
+            exercise: exercise.name.to_string(),
+            lang: lang.to_string(),
+            has: exercise.langs.join(", "),
+        }
+        .to_string(),
+    ))
+}
+
+/// Runs `lab exercise …`.
+pub async fn exercise_command(
+    options: SessionOptions,
+    library: Result<Library, Failure>,
+    command: &ExerciseCommand,
+    junit: bool,
+) -> Result<u8, Failure> {
+    let words = Words::new(&options)?;
+    match command {
+        ExerciseCommand::List => list(&words),
+        ExerciseCommand::Start {
+            name,
+            dir,
+            language: lang,
+        } => {
+            let exercise = exercise(name)?;
+            check_lang(exercise, lang)?;
+            let dir = dir.clone().unwrap_or_else(|| default_dir(name));
+            start(&words, exercise, lang, &dir)
+        }
+        ExerciseCommand::Solution {
+            name,
+            dir,
+            language: lang,
+        } => {
+            let exercise = exercise(name)?;
+            check_lang(exercise, lang)?;
+            let dir = dir.clone().unwrap_or_else(|| default_dir(name));
+            solution(&words, exercise, lang, &dir)
+        }
+        ExerciseCommand::Hint { name, level } => {
+            let exercise = exercise(name)?;
+            let key = format!("hint.{level}");
+            match words.texts.get(exercise.name, words.lang, &key) {
+                Some(_) => say!("{}", words.of(exercise, &Msg::new(key))),
+                None => say!(
+                    "{}",
+                    words.common(
+                        Msg::new("hint.none")
+                            .arg("level", i64::from(*level))
+                            .arg("exercise", exercise.name)
+                            .arg("count", 3)
+                    )
+                ),
+            }
+            Ok(exit::OK)
+        }
+        ExerciseCommand::Check {
+            name,
+            dir,
+            target,
+            only,
+            seed,
+            repeat,
+        } => {
+            let exercise = exercise(name)?;
+            for check in only {
+                if exercise.check(check).is_none() {
+                    let names: Vec<_> = exercise.checks.iter().map(|c| c.name).collect();
+                    return Err(Failure::usage(format!(
+                        "{} has no check `{check}` (it has: {})",
+                        exercise.name,
+                        names.join(", ")
+                    )));
+                }
+            }
+            let subject = match target {
+                Some(url) => Subject::Target { url: url.clone() },
+                None => {
+                    let dir = dir.clone().unwrap_or_else(|| default_dir(name));
+                    let manifest = lab_exercises::Manifest::read(&dir).map_err(failure)?;
+                    if manifest.exercise != exercise.name {
+                        return Err(Failure::usage(format!(
+                            "{} holds the exercise `{}`, not `{}`",
+                            dir.display(),
+                            manifest.exercise,
+                            exercise.name
+                        )));
+                    }
+                    Subject::Program { dir, manifest }
+                }
+            };
+            let check_options = CheckOptions {
+                only: only.clone(),
+                seed: seed.unwrap_or_else(clock_seed),
+                repeat: *repeat,
+                guest_env: Vec::new(),
+            };
+            let output = match (junit, options.format) {
+                (true, _) => Output::Junit,
+                (false, Format::Json) => Output::Json,
+                (false, Format::Text) => Output::Text,
+            };
+            let session = Session::open(options, library?, Mode::Headless);
+            check(&session, &words, exercise, subject, &check_options, output).await
+        }
+        ExerciseCommand::Verify {
+            name,
+            seeds,
+            python_venv,
+        } => {
+            let exercises: Vec<&'static Exercise> = match name {
+                Some(name) => vec![exercise(name)?],
+                None => lab_exercises::EXERCISES.to_vec(),
+            };
+            let session = Session::open(options, library?, Mode::Headless);
+            verify(&session, &words, &exercises, *seeds, python_venv.as_deref()).await
+        }
+    }
+}
+
+/// A seed from the clock, for a check run that was given none (printed in its replay lines).
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn list(words: &Words) -> Result<u8, Failure> {
+    say!("{}", words.common("list.heading"));
+    for exercise in lab_exercises::EXERCISES {
+        let checks: Vec<&str> = exercise.checks.iter().map(|c| c.name).collect();
+        let progress = match state::progress(&default_dir(exercise.name), &checks) {
+            Progress::NotStarted => words.common("progress.not_started"),
+            Progress::Started => words.common("progress.started"),
+            Progress::Failing { failing, of } => words.common(
+                Msg::new("progress.failing")
+                    .arg("failing", failing)
+                    .arg("of", of),
+            ),
+            Progress::Passed => words.common("progress.passed"),
+        };
+        say!(
+            "  {:<12} {} · {} · {}",
+            exercise.name,
+            words.common(Msg::new("list.lesson").arg("lesson", i64::from(exercise.lesson))),
+            exercise.langs.join(", "),
+            progress
+        );
+        say!(
+            "               {}",
+            words.of(exercise, &Msg::new("summary"))
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn start(words: &Words, exercise: &Exercise, lang: &str, dir: &Path) -> Result<u8, Failure> {
+    let sources = [
+        format!("{}/common", exercise.name),
+        format!("{}/{lang}/starter", exercise.name),
+    ];
+    let written = lab_exercises::files::write_project(&sources, dir).map_err(failure)?;
+    let shown = dir.display().to_string();
+    say!(
+        "{}",
+        words.common(
+            Msg::new("start.written")
+                .arg("count", written.len())
+                .arg("dir", shown.as_str())
+        )
+    );
+    if lang == "python" {
+        say!(
+            "  {}",
+            words.common(Msg::new("start.python_setup").arg("dir", shown.as_str()))
+        );
+    }
+    say!(
+        "  {}",
+        words.common(
+            Msg::new("start.check")
+                .arg("exercise", exercise.name)
+                .arg("dir", shown.as_str())
+        )
+    );
+    say!(
+        "{}",
+        words.common(Msg::new("start.readme").arg("dir", shown.as_str()))
+    );
+    Ok(exit::OK)
+}
+
+fn solution(words: &Words, exercise: &Exercise, lang: &str, dir: &Path) -> Result<u8, Failure> {
+    let mut beside = dir.as_os_str().to_owned();
+    beside.push("-solution");
+    let beside = PathBuf::from(beside);
+    let sources = [
+        format!("{}/common", exercise.name),
+        format!("{}/{lang}/solution", exercise.name),
+    ];
+    lab_exercises::files::write_project(&sources, &beside).map_err(failure)?;
+    say!(
+        "{}",
+        words.common(Msg::new("solution.written").arg("dir", beside.display().to_string()))
+    );
+    Ok(exit::OK)
+}
+
+/// The exit code of a set of verdicts: a failure wins over an undecided check.
+fn exit_code(reports: &[CheckReport]) -> u8 {
+    if reports
+        .iter()
+        .any(|r| matches!(r.verdict, Verdict::Fail(_)))
+    {
+        exit::DRIFT
+    } else if reports
+        .iter()
+        .any(|r| matches!(r.verdict, Verdict::Unknown(_)))
+    {
+        exit::UNDECIDED
+    } else {
+        exit::OK
+    }
+}
+
+async fn check(
+    session: &Session,
+    words: &Words,
+    exercise: &'static Exercise,
+    subject: Subject,
+    options: &CheckOptions,
+    output: Output,
+) -> Result<u8, Failure> {
+    let program_dir = match &subject {
+        Subject::Program { dir, .. } => Some(dir.clone()),
+        Subject::Target { .. } => None,
+    };
+    if output == Output::Text {
+        let shown = match &subject {
+            Subject::Program { dir, manifest } => words.common(
+                Msg::new("check.subject_program")
+                    .arg("dir", dir.display().to_string())
+                    .arg("lang", manifest.lang.as_str()),
+            ),
+            Subject::Target { url } => {
+                words.common(Msg::new("check.subject_target").arg("url", url.as_str()))
+            }
+        };
+        say!(
+            "{}",
+            words.common(
+                Msg::new("check.heading")
+                    .arg("exercise", exercise.name)
+                    .arg("subject", shown)
+            )
+        );
+    }
+    let replay_base = match &subject {
+        Subject::Program { dir, .. } => {
+            format!("lab exercise check {} {}", exercise.name, dir.display())
+        }
+        Subject::Target { url } => format!("lab exercise check {} --target {url}", exercise.name),
+    };
+    let checked = session
+        .run_with_servers(Needs::POSTGRES, async |servers| {
+            let mut print = |report: &CheckReport| match output {
+                Output::Text => print_text(words, exercise, report, &replay_base),
+                Output::Json => print_json(words, exercise, report, &replay_base),
+                Output::Junit => {}
+            };
+            lab_exercises::check(exercise, subject, servers, options, &mut print)
+                .await
+                .map_err(failure)
+        })
+        .await?;
+    let reports = match checked {
+        Checked::Reports(reports) => reports,
+        Checked::NotReady(not_ready) => {
+            print_not_ready(words, &not_ready);
+            return Ok(exit::UNDECIDED);
+        }
+    };
+    if let Some(dir) = &program_dir {
+        let verdicts: Vec<(&str, &str)> =
+            reports.iter().map(|r| (r.name, r.verdict.word())).collect();
+        // Progress is a convenience: a read-only folder does not fail the check.
+        let _ = state::State::record(dir, &verdicts);
+    }
+    match output {
+        Output::Text => print_summary(words, &reports),
+        Output::Json => {}
+        Output::Junit => print_junit(words, exercise, &reports, &replay_base)?,
+    }
+    Ok(exit_code(&reports))
+}
+
+/// An engine error as the CLI reports it: the learner's own mistakes (no manifest, a build that
+/// fails, a folder that is taken) are usage; the rest is the environment.
+fn failure(e: lab_exercises::ExerciseError) -> Failure {
+    use lab_exercises::ExerciseError as E;
+    match e {
+        E::Infra(infra) => infra.into(),
+        e @ (E::Unknown(_)
+        | E::NoLang { .. }
+        | E::Exists(_)
+        | E::NoManifest(_)
+        | E::Manifest { .. }
+        | E::Target(_)) => Failure::usage(e.to_string()),
+        e => Failure::environment(e),
+    }
+}
+
+fn replay_line(report: &CheckReport, base: &str) -> String {
+    match report.seed {
+        Some(seed) => format!("{base} --only {} --seed {seed}", report.name),
+        None => format!("{base} --only {}", report.name),
+    }
+}
+
+fn outcome_word(words: &Words, outcome: lab_exercises::Outcome) -> String {
+    let key = match outcome {
+        lab_exercises::Outcome::Ok => "outcome.ok",
+        lab_exercises::Outcome::Fail => "outcome.fail",
+        lab_exercises::Outcome::Unknown => "outcome.unknown",
+    };
+    words.common(key)
+}
+
+/// The schedule of a check, as lines of text.
+fn schedule_lines(words: &Words, exercise: &Exercise, report: &CheckReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut step = 0;
+    for line in &report.schedule {
+        match line {
+            Line::Step(msg) => {
+                step += 1;
+                lines.push(format!("{step}. {}", words.of(exercise, msg)));
+            }
+            Line::Call(call) => {
+                let key = match &call.key {
+                    Some(key) => format!("  Idempotency-Key: {}", shown_key(words, key)),
+                    None => String::new(),
+                };
+                let sender = words.of(exercise, &lab_exercises::verdict::who(&call.who));
+                lines.push(format!("   {sender} → POST /reports{key}  {}", call.body));
+                let answer = match call.status {
+                    Some(status) => format!("{status} {}", call.answer),
+                    None => call.answer.clone(),
+                };
+                lines.push(format!(
+                    "   ← {answer}  ({})",
+                    outcome_word(words, call.outcome)
+                ));
+            }
+            Line::Rows { task_id, rows } => {
+                if rows.is_empty() {
+                    lines.push(format!(
+                        "   {}",
+                        words.common(Msg::new("check.no_rows").arg("task", *task_id))
+                    ));
+                } else {
+                    let shown: Vec<String> = rows
+                        .iter()
+                        .map(|r| match &r.idempotency_key {
+                            Some(key) => format!("#{} ({}, {key})", r.id, r.report_type),
+                            None => format!(
+                                "#{} ({}, {})",
+                                r.id,
+                                r.report_type,
+                                words.common("check.no_key")
+                            ),
+                        })
+                        .collect();
+                    lines.push(format!(
+                        "   {}",
+                        words.common(
+                            Msg::new("check.rows")
+                                .arg("task", *task_id)
+                                .arg("rows", shown.join(", "))
+                        )
+                    ));
+                }
+            }
+        }
+    }
+    lines
+}
+
+/// A key as a schedule shows it: quoted (an empty or blank key must be visible), and a long
+/// one cut, with its length.
+fn shown_key(words: &Words, key: &str) -> String {
+    const SHOWN: usize = 40;
+    if key.chars().count() <= SHOWN {
+        return format!("{key:?}");
+    }
+    let start: String = key.chars().take(SHOWN).collect();
+    let length = words.common(Msg::new("check.key_length").arg("n", key.chars().count()));
+    format!("\"{start}…\" {length}")
+}
+
+fn print_text(words: &Words, exercise: &Exercise, report: &CheckReport, replay_base: &str) {
+    let title = words.of(exercise, &Msg::new(format!("check.{}.title", report.name)));
+    say!(
+        "  {} {:<12} {title}",
+        words.verdict(&report.verdict),
+        report.name
+    );
+    let Some(reason) = report.verdict.reason() else {
+        return;
+    };
+    let label = match report.verdict {
+        Verdict::Fail(_) => words.common("check.broke"),
+        _ => words.common("check.why"),
+    };
+    say!("      {label} {}", words.of(exercise, reason));
+    if matches!(report.verdict, Verdict::Skipped(_)) {
+        return;
+    }
+    for line in schedule_lines(words, exercise, report) {
+        say!("      {line}");
+    }
+    say!(
+        "      {} {}",
+        words.common("check.replay"),
+        replay_line(report, replay_base)
+    );
+    if let Some(output) = &report.output {
+        say!("      {}", words.common("check.output"));
+        for line in output.lines() {
+            say!("        | {line}");
+        }
+    }
+}
+
+fn print_json(words: &Words, exercise: &Exercise, report: &CheckReport, replay_base: &str) {
+    let schedule: Vec<serde_json::Value> = report
+        .schedule
+        .iter()
+        .map(|line| match line {
+            Line::Step(msg) => serde_json::json!({"step": words.of(exercise, msg)}),
+            Line::Call(call) => serde_json::json!({"call": call}),
+            Line::Rows { task_id, rows } => {
+                serde_json::json!({"rows": {"task_id": task_id, "reports": rows}})
+            }
+        })
+        .collect();
+    let value = serde_json::json!({
+        "exercise": exercise.name,
+        "check": report.name,
+        "verdict": report.verdict.word(),
+        "reason": report.verdict.reason().map(|m| words.of(exercise, m)),
+        "schedule": schedule,
+        "seed": report.seed,
+        "replay": replay_line(report, replay_base),
+        "output": report.output,
+    });
+    say!("{value}");
+}
+
+fn print_summary(words: &Words, reports: &[CheckReport]) {
+    let count = |word: &str| reports.iter().filter(|r| r.verdict.word() == word).count();
+    say!(
+        "{}",
+        words.common(
+            Msg::new("check.summary")
+                .arg("passed", count("pass"))
+                .arg("failed", count("fail"))
+                .arg("unknown", count("unknown"))
+                .arg("skipped", count("skipped"))
+                .arg("total", reports.len())
+        )
+    );
+}
+
+fn print_junit(
+    words: &Words,
+    exercise: &Exercise,
+    reports: &[CheckReport],
+    replay_base: &str,
+) -> Result<(), Failure> {
+    use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus};
+    let mut suite = quick_junit::TestSuite::new(format!("exercise {}", exercise.name));
+    for report in reports {
+        let status = match &report.verdict {
+            Verdict::Pass => TestCaseStatus::success(),
+            Verdict::Skipped(reason) => {
+                let mut skipped = TestCaseStatus::skipped();
+                skipped.set_message(words.of(exercise, reason));
+                skipped
+            }
+            Verdict::Fail(reason) | Verdict::Unknown(reason) => {
+                let kind = if matches!(report.verdict, Verdict::Fail(_)) {
+                    NonSuccessKind::Failure
+                } else {
+                    NonSuccessKind::Error
+                };
+                let mut failed = TestCaseStatus::non_success(kind);
+                failed.set_message(words.of(exercise, reason));
+                let mut description = schedule_lines(words, exercise, report).join("\n");
+                description.push_str(&format!("\nreplay: {}", replay_line(report, replay_base)));
+                failed.set_description(description);
+                failed
+            }
+        };
+        let mut case = TestCase::new(report.name, status);
+        case.set_classname(format!("lab.exercise.{}", exercise.name));
+        suite.add_test_case(case);
+    }
+    let mut junit = quick_junit::Report::new(format!("lab exercise check {}", exercise.name));
+    junit.add_test_suite(suite);
+    let xml = junit
+        .to_string()
+        .map_err(|e| Failure::environment(anyhow::anyhow!("JUnit: {e}")))?;
+    say!("{xml}");
+    Ok(())
+}
+
+fn print_not_ready(words: &Words, not_ready: &NotReady) {
+    let (said, output) = match not_ready {
+        NotReady::Exited {
+            status,
+            output,
+            port,
+        } => (
+            words.common(
+                Msg::new("check.not_ready_exited")
+                    .arg("status", status.as_str())
+                    .arg("port", i64::from(*port)),
+            ),
+            output,
+        ),
+        NotReady::Silent {
+            waited,
+            output,
+            port,
+        } => (
+            words.common(
+                Msg::new("check.not_ready_silent")
+                    .arg("port", i64::from(*port))
+                    .arg("seconds", waited.as_secs() as i64),
+            ),
+            output,
+        ),
+    };
+    say!("{said}");
+    if output.trim().is_empty() {
+        say!("  {}", words.common("check.no_output"));
+    }
+    for line in output.lines() {
+        say!("  | {line}");
+    }
+}
+
+/// What `verify` expects of one check: the starter fails its TODOs' checks and passes the rest;
+/// the solution passes all.
+fn expected(exercise: &Exercise, side: &str, check: &str) -> &'static str {
+    if side == "starter" && exercise.starter_fails.contains(&check) {
+        "fail"
+    } else {
+        "pass"
+    }
+}
+
+async fn verify(
+    session: &Session,
+    words: &Words,
+    exercises: &[&'static Exercise],
+    seeds: u32,
+    python_venv: Option<&Path>,
+) -> Result<u8, Failure> {
+    say!(
+        "{}",
+        words.common(Msg::new("verify.heading").arg("seeds", i64::from(seeds)))
+    );
+    let mut bad = 0;
+    // Each README names every check.
+    for exercise in exercises {
+        for file in ["README.md", "README.ru.md"] {
+            let path = format!("{}/common/{file}", exercise.name);
+            let text = lab_exercises::files::text(&path).unwrap_or_default();
+            for check in exercise.checks {
+                if !text.contains(&format!("`{}`", check.name)) {
+                    bad += 1;
+                    say!(
+                        "  {}",
+                        words.common(
+                            Msg::new("verify.docs")
+                                .arg("exercise", exercise.name)
+                                .arg("file", file)
+                                .arg("check", check.name)
+                        )
+                    );
+                }
+            }
+        }
+    }
+    let scratch = tempfile::tempdir().map_err(Failure::environment)?;
+    // A starter and its solution are one crate twice: one Cargo target folder builds the
+    // dependencies once (unless the environment names one already).
+    let shared_target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(_) => Vec::new(),
+        None => vec![(
+            "CARGO_TARGET_DIR".to_string(),
+            scratch.path().join("cargo-target").display().to_string(),
+        )],
+    };
+    let mut runs = 0;
+    let result = session
+        .run_with_servers(Needs::POSTGRES, async |servers| {
+            for exercise in exercises {
+                for lang in exercise.langs {
+                    for side in ["starter", "solution"] {
+                        let dir = scratch.path().join(format!("{}-{lang}-{side}", exercise.name));
+                        let sources = [format!("{}/common", exercise.name), format!("{}/{lang}/{side}", exercise.name)];
+                        lab_exercises::files::write_project(&sources, &dir).map_err(failure)?;
+                        if *lang == "python" {
+                            let venv = python_venv.ok_or_else(|| {
+                                Failure::usage("verify needs --python-venv DIR: a venv with the Python exercises' requirements")
+                            })?;
+                            let venv = std::path::absolute(venv).map_err(Failure::environment)?;
+                            std::os::unix::fs::symlink(&venv, dir.join(".venv")).map_err(Failure::environment)?;
+                        }
+                        let manifest = lab_exercises::Manifest::read(&dir).map_err(failure)?;
+                        for seed in 1..=u64::from(seeds) {
+                            runs += 1;
+                            let options = CheckOptions {
+                                only: Vec::new(),
+                                seed,
+                                repeat: 3,
+                                guest_env: shared_target.clone(),
+                            };
+                            let subject = Subject::Program {
+                                dir: dir.clone(),
+                                manifest: manifest.clone(),
+                            };
+                            let checked = lab_exercises::check(exercise, subject, servers, &options, &mut |_| {})
+                                .await
+                                .map_err(failure)?;
+                            let reports = match checked {
+                                Checked::Reports(reports) => reports,
+                                Checked::NotReady(not_ready) => {
+                                    print_not_ready(words, &not_ready);
+                                    return Err(Failure::environment(anyhow::anyhow!(
+                                        "{} ({lang}, {side}) never answered",
+                                        exercise.name
+                                    )));
+                                }
+                            };
+                            let mut as_expected = true;
+                            for report in &reports {
+                                let want = expected(exercise, side, report.name);
+                                if report.verdict.word() != want {
+                                    as_expected = false;
+                                    bad += 1;
+                                    say!(
+                                        "  {}",
+                                        words.common(
+                                            Msg::new("verify.bad")
+                                                .arg("exercise", exercise.name)
+                                                .arg("lang", *lang)
+                                                .arg("side", side)
+                                                .arg("seed", seed as i64)
+                                                .arg("check", report.name)
+                                                .arg("got", report.verdict.word())
+                                                .arg("expected", want)
+                                        )
+                                    );
+                                    if let Some(reason) = report.verdict.reason() {
+                                        say!("      {}", words.of(exercise, reason));
+                                    }
+                                    for line in schedule_lines(words, exercise, report) {
+                                        say!("      {line}");
+                                    }
+                                }
+                            }
+                            if as_expected {
+                                say!(
+                                    "  {}",
+                                    words.common(
+                                        Msg::new("verify.ok")
+                                            .arg("exercise", exercise.name)
+                                            .arg("lang", *lang)
+                                            .arg("side", side)
+                                            .arg("seed", seed as i64)
+                                    )
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await;
+    result?;
+    say!(
+        "{}",
+        words.common(
+            Msg::new("verify.summary")
+                .arg("bad", bad as i64)
+                .arg("runs", runs as i64)
+        )
+    );
+    Ok(if bad == 0 { exit::OK } else { exit::DRIFT })
+}

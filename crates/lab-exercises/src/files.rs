@@ -1,0 +1,74 @@
+//! The exercises' files, embedded at build time (`build.rs`), and writing them out: a starter
+//! into the learner's folder, a solution beside it, never over anything that is there.
+
+use std::path::Path;
+
+use crate::error::ExerciseError;
+
+include!(concat!(env!("OUT_DIR"), "/files.rs"));
+
+/// The lessons' tables, the one copy (the top-level `schema.sql`): every starter gets it, so a
+/// learner can create them in a database of their own and run the service alone.
+pub const SCHEMA_TEXT: &str = include_str!("../../../schema.sql");
+const SCHEMA_SQL: &[u8] = SCHEMA_TEXT.as_bytes();
+
+/// The embedded file at `path` (relative to `exercises/`), if any.
+pub fn file(path: &str) -> Option<&'static [u8]> {
+    FILES
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, bytes)| *bytes)
+}
+
+/// The embedded file at `path` as text (the exercises' texts are UTF-8).
+pub fn text(path: &str) -> Option<&'static str> {
+    file(path).and_then(|bytes| std::str::from_utf8(bytes).ok())
+}
+
+/// The files under `prefix/`, with paths relative to it.
+pub fn under(prefix: &str) -> Vec<(&'static str, &'static [u8])> {
+    let prefix = format!("{prefix}/");
+    FILES
+        .iter()
+        .filter_map(|(path, bytes)| {
+            path.strip_prefix(prefix.as_str())
+                .map(|rest| (rest, *bytes))
+        })
+        .collect()
+}
+
+/// True when `dir` is missing or an empty folder.
+fn is_free(dir: &Path) -> bool {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => entries.next().is_none(),
+        Err(_) => !dir.exists(),
+    }
+}
+
+/// Writes the trees `sources` (prefixes of embedded folders, later ones adding to earlier ones)
+/// into `dir`, which must be missing or empty, and `schema.sql` beside them. Returns the paths
+/// written, relative to `dir`.
+pub fn write_project(sources: &[String], dir: &Path) -> Result<Vec<String>, ExerciseError> {
+    if !is_free(dir) {
+        return Err(ExerciseError::Exists(dir.to_path_buf()));
+    }
+    let mut written = Vec::new();
+    let mut put = |relative: &str, bytes: &[u8]| -> Result<(), ExerciseError> {
+        let path = dir.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(ExerciseError::io(parent))?;
+        }
+        std::fs::write(&path, bytes).map_err(ExerciseError::io(&path))?;
+        written.push(relative.to_string());
+        Ok(())
+    };
+    for source in sources {
+        for (relative, bytes) in under(source) {
+            put(relative, bytes)?;
+        }
+    }
+    put("schema.sql", SCHEMA_SQL)?;
+    written.sort();
+    written.dedup();
+    Ok(written)
+}

@@ -1,0 +1,254 @@
+//! The learner's program, a guest of the lab: started from its manifest with only what it needs
+//! (its port, the run's schema), in a process group of its own that is ended on every way out,
+//! its output kept in a file and shown only when it helps.
+//!
+//! - The program is a [`ServerProcess`]: the leader of a new process group, killed by the
+//!   kernel if `lab` dies; stopping or killing it signals the whole group, so a reloader's or a
+//!   worker pool's children go with it. Dropping a [`Guest`] (an error, a Ctrl-C that drops the
+//!   check) kills the group too.
+//! - Its environment is the learner's own, minus the lab's settings (`LAB_*`, `DATABASE_URL`,
+//!   `REDIS_URL`, `TOXIPROXY_URL`), plus `PORT`, `HOST`, `DATABASE_URL` on the run's schema and
+//!   `LAB_RUN`.
+//! - Its stdout and stderr go to one log file in a temporary folder; the tail is shown when it
+//!   never answered, or beside a failed check.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lab_infra::process::{ServerProcess, Shutdown};
+use nix::sys::signal::Signal;
+use tempfile::TempDir;
+
+use crate::error::ExerciseError;
+use crate::manifest::{self, Manifest};
+
+/// How often readiness is probed while the program starts: a poll for a state, not for an order.
+const READY_POLL: Duration = Duration::from_millis(50);
+/// How many lines of the program's output are shown.
+pub const OUTPUT_LINES: usize = 30;
+/// The lab's own settings, never passed to the guest: it must see only the run it is given.
+const WITHHELD: &[&str] = &["DATABASE_URL", "REDIS_URL", "TOXIPROXY_URL"];
+
+/// How the guest is ended politely: SIGTERM (uvicorn and tokio programs shut down on it), then
+/// SIGKILL after the grace period.
+const SHUTDOWN: Shutdown = Shutdown {
+    clean: Some(Signal::SIGTERM),
+    quick: Signal::SIGKILL,
+};
+
+/// Why the guest is not answering.
+#[derive(Debug)]
+pub enum NotReady {
+    /// It exited before it answered.
+    Exited {
+        status: String,
+        output: String,
+        port: u16,
+    },
+    /// It ran, and never answered within the manifest's time.
+    Silent {
+        waited: Duration,
+        output: String,
+        port: u16,
+    },
+}
+
+/// The learner's program.
+pub struct Guest {
+    dir: PathBuf,
+    manifest: Manifest,
+    env: Vec<(String, String)>,
+    pub port: u16,
+    log: PathBuf,
+    /// Holds the log file's folder as long as the guest.
+    _logs: Arc<TempDir>,
+    process: Option<ServerProcess>,
+    /// How many times it was started (a crash check starts it twice).
+    pub starts: u32,
+}
+
+impl Guest {
+    /// A guest in `dir`, to listen on `port`, with `env` given on top of the learner's own.
+    pub fn new(
+        dir: &Path,
+        manifest: Manifest,
+        port: u16,
+        env: Vec<(String, String)>,
+    ) -> Result<Guest, ExerciseError> {
+        let logs = tempfile::Builder::new()
+            .prefix("lab-exercise-")
+            .tempdir()
+            .map_err(ExerciseError::io(std::env::temp_dir()))?;
+        let log = logs.path().join("output.log");
+        // Absolute: the program runs in `dir`, so a relative path to it (`.venv/bin/python`)
+        // must not be taken relative to `dir` twice.
+        let dir = std::path::absolute(dir).map_err(ExerciseError::io(dir))?;
+        Ok(Guest {
+            dir,
+            manifest,
+            env,
+            port,
+            log,
+            _logs: Arc::new(logs),
+            process: None,
+            starts: 0,
+        })
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn command(&self, argv: &[String], output: std::fs::File) -> std::process::Command {
+        let mut command = std::process::Command::new(manifest::resolve(&self.dir, &argv[0]));
+        command.args(&argv[1..]).current_dir(&self.dir);
+        for (name, _) in std::env::vars_os().filter_map(|(n, v)| Some((n.into_string().ok()?, v))) {
+            if name.starts_with("LAB_") || WITHHELD.contains(&name.as_str()) {
+                command.env_remove(&name);
+            }
+        }
+        command.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let stderr = output
+            .try_clone()
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null());
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(output))
+            .stderr(stderr);
+        command
+    }
+
+    fn open_log(&self) -> Result<std::fs::File, ExerciseError> {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(ExerciseError::io(&self.log))
+    }
+
+    /// Runs the manifest's build step, if any, to its end (in its own process group, killed
+    /// if the check is dropped).
+    pub async fn build(&self) -> Result<(), ExerciseError> {
+        if self.manifest.build.is_empty() {
+            return Ok(());
+        }
+        let argv = &self.manifest.build;
+        let command = self.command(argv, self.open_log()?);
+        let mut process =
+            ServerProcess::spawn("the exercise's build", command, Shutdown::KILL, None)
+                .await
+                .map_err(|e| self.spawn_error(&argv[0], e))?;
+        let status = process.wait().await.map_err(ExerciseError::io(&self.dir))?;
+        if status.success() {
+            return Ok(());
+        }
+        Err(ExerciseError::Build {
+            command: argv.join(" "),
+            status: status.to_string(),
+            output: self.output().await,
+        })
+    }
+
+    fn spawn_error(&self, program: &str, e: std::io::Error) -> ExerciseError {
+        let reason = if e.kind() == std::io::ErrorKind::NotFound {
+            format!("{e}; is it installed (the README's one install command)?")
+        } else {
+            e.to_string()
+        };
+        ExerciseError::Spawn {
+            program: program.to_string(),
+            dir: self.dir.clone(),
+            reason,
+        }
+    }
+
+    /// Starts the program and waits until `GET /health` gets any HTTP answer.
+    pub async fn start(&mut self) -> Result<Result<Duration, NotReady>, ExerciseError> {
+        let argv = self.manifest.command.clone();
+        let command = self.command(&argv, self.open_log()?);
+        let started = Instant::now();
+        let process = ServerProcess::spawn("the exercise's program", command, SHUTDOWN, None)
+            .await
+            .map_err(|e| self.spawn_error(&argv[0], e))?;
+        self.process = Some(process);
+        self.starts += 1;
+        let probe = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("a client without TLS builds");
+        let url = format!("{}/health", self.base_url());
+        let limit = self.manifest.start_timeout();
+        loop {
+            if probe.get(&url).send().await.is_ok() {
+                return Ok(Ok(started.elapsed()));
+            }
+            let process = self.process.as_mut().expect("started above");
+            if !process.is_running() {
+                let status = match process.wait().await {
+                    Ok(status) => status.to_string(),
+                    Err(e) => e.to_string(),
+                };
+                self.process = None;
+                let output = self.output().await;
+                return Ok(Err(NotReady::Exited {
+                    status,
+                    output,
+                    port: self.port,
+                }));
+            }
+            if started.elapsed() > limit {
+                self.stop().await;
+                let output = self.output().await;
+                return Ok(Err(NotReady::Silent {
+                    waited: limit,
+                    output,
+                    port: self.port,
+                }));
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    /// Kills the program's process group with SIGKILL: a crash, nothing flushed.
+    pub async fn kill(&mut self) {
+        if let Some(process) = self.process.take() {
+            process.kill().await;
+        }
+    }
+
+    /// Stops the program: SIGTERM to its group, then SIGKILL after a grace period.
+    pub async fn stop(&mut self) {
+        if let Some(process) = self.process.take() {
+            process.stop().await;
+        }
+    }
+
+    /// The process group's id while the program runs (for tests of the cleanup).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(ServerProcess::pid)
+    }
+
+    /// How much the program has printed so far: a mark for [`Guest::output_since`].
+    pub fn mark(&self) -> u64 {
+        std::fs::metadata(&self.log).map_or(0, |m| m.len())
+    }
+
+    /// The last lines the program printed (stdout and stderr together).
+    pub async fn output(&self) -> String {
+        self.output_since(0).await
+    }
+
+    /// The last lines the program printed after `mark`: what it said during one check, not
+    /// its start-up banner.
+    pub async fn output_since(&self, mark: u64) -> String {
+        let text = tokio::fs::read(&self.log).await.unwrap_or_default();
+        let from = usize::try_from(mark).unwrap_or(usize::MAX).min(text.len());
+        let text = String::from_utf8_lossy(&text[from..]);
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(OUTPUT_LINES)..].join("\n")
+    }
+}

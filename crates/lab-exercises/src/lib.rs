@@ -1,0 +1,295 @@
+//! `lab exercise`: the learner writes the fix, and the lab attacks it.
+//!
+//! The lab's scenarios show failures on code the lab wrote. An exercise turns the same attacks
+//! on the learner's own program, in any language: the lab starts throwaway PostgreSQL, gives the
+//! program a schema of its own and a port, starts it from its manifest, and runs checks whose
+//! oracle is real state (the rows the lab reads back), never the program's own answers. Each
+//! check ends pass, fail (the invariant it broke, and the schedule that broke it, replayable by
+//! seed) or unknown (the check could not decide).
+//!
+//! # Layout
+//!
+//! - [`catalogue`]: every exercise, its lesson, languages, checks, and what its starters fail.
+//! - [`files`]: the starters, solutions and texts under `exercises/`, embedded at build time
+//!   (`build.rs`), and writing a project out without ever overwriting one.
+//! - [`manifest`]: `lab-exercise.toml`, how the learner's program is built and started.
+//! - [`guest`]: the learner's program as a guest: its environment, its process group, its
+//!   output kept aside.
+//! - [`arena`]: what a check works with: the direct and the proxied way to the program, the
+//!   oracle's connections, the schedule being recorded.
+//! - [`verdict`]: pass / fail / unknown / skipped, and the schedule's lines.
+//! - [`state`]: the learner's progress, kept beside their code.
+//! - One module per exercise with its checks: [`report_api`].
+//!
+//! [`check`] is the whole of one `lab exercise check`: it takes servers the caller started
+//! (and stops), and cleans up everything it started itself (the run's schema, the proxy, the
+//! program) on every way out; dropped halfway (Ctrl-C), the program's process group is killed
+//! by [`guest::Guest`]'s drop and the schema by the servers' list of live runs.
+
+pub mod arena;
+pub mod catalogue;
+pub mod error;
+pub mod files;
+pub mod guest;
+pub mod manifest;
+pub mod report_api;
+pub mod state;
+pub mod verdict;
+
+use std::path::PathBuf;
+
+use lab_core::{Lang, Texts};
+use lab_infra::{Origin, RunSpace, Servers};
+use sqlx::AssertSqlSafe;
+
+pub use catalogue::{CheckSpec, EXERCISES, Exercise, find};
+pub use error::ExerciseError;
+pub use guest::NotReady;
+pub use manifest::Manifest;
+pub use verdict::{CheckReport, Line, Outcome, Verdict};
+
+/// The texts' scope of the words every exercise shares (`exercises/common/*.toml`); each
+/// exercise's own are under its name.
+pub const COMMON: &str = "exercise";
+
+/// Every exercise's texts, in both languages.
+pub fn texts() -> Result<Texts, lab_core::text::TextError> {
+    let mut texts = Texts::new();
+    for lang in Lang::ALL {
+        if let Some(source) = files::text(&format!("common/{}.toml", lang.code())) {
+            texts.add(COMMON, lang, source)?;
+        }
+        for exercise in EXERCISES {
+            if let Some(source) = files::text(&format!("{}/{}.toml", exercise.name, lang.code())) {
+                texts.add(exercise.name, lang, source)?;
+            }
+        }
+    }
+    Ok(texts)
+}
+
+/// What is checked: a program the lab starts from its folder, or a service already running.
+#[derive(Debug, Clone)]
+pub enum Subject {
+    Program {
+        dir: PathBuf,
+        manifest: Manifest,
+    },
+    /// A service at this base URL, writing to the database given with `--database-url`.
+    Target {
+        url: String,
+    },
+}
+
+/// How a check run is tuned.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Only these checks (all when empty).
+    pub only: Vec<String>,
+    /// The seed of the checks that explore timings and inputs.
+    pub seed: u64,
+    /// How many times those checks repeat their exploration (the bursts).
+    pub repeat: u32,
+    /// More environment for the learner's program (`verify` shares one Cargo target folder
+    /// between a starter and its solution).
+    pub guest_env: Vec<(String, String)>,
+}
+
+/// How a check run ended.
+pub enum Checked {
+    /// Every selected check ran.
+    Reports(Vec<CheckReport>),
+    /// The program never answered: nothing could be checked.
+    NotReady(NotReady),
+}
+
+/// Runs the selected checks of `exercise` against `subject`, on `servers` (PostgreSQL started
+/// or given by the caller), calling `on_report` as each check ends.
+pub async fn check(
+    exercise: &'static Exercise,
+    subject: Subject,
+    servers: &Servers,
+    options: &CheckOptions,
+    on_report: &mut dyn FnMut(&CheckReport),
+) -> Result<Checked, ExerciseError> {
+    let Some(postgres) = &servers.postgres else {
+        return Err(ExerciseError::Target("PostgreSQL is needed".into()));
+    };
+    match subject {
+        Subject::Program { dir, manifest } => {
+            let space = RunSpace::create(servers, &[files::SCHEMA_TEXT]).await?;
+            let result = async {
+                let pool = space.pg.clone().expect("the run has PostgreSQL");
+                let channel = format!("lab_{}_committed", space.run_id);
+                install_commit_notice(&pool, &channel).await?;
+                let port = lab_infra::process::free_port().map_err(ExerciseError::io(&dir))?;
+                let env = vec![
+                    ("PORT".to_string(), port.to_string()),
+                    ("HOST".to_string(), "127.0.0.1".to_string()),
+                    (
+                        "DATABASE_URL".to_string(),
+                        postgres.target.guest_url(&space.schema)?,
+                    ),
+                    ("LAB_RUN".to_string(), space.run_id.clone()),
+                    // Python prints as it goes, so a program that never answers shows why.
+                    ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
+                ];
+                let env = env
+                    .into_iter()
+                    .chain(options.guest_env.iter().cloned())
+                    .collect();
+                let mut guest = guest::Guest::new(&dir, manifest, port, env)?;
+                guest.build().await?;
+                if let Err(not_ready) = guest.start().await? {
+                    return Ok(Checked::NotReady(not_ready));
+                }
+                let direct = guest.base_url();
+                let arena = open_arena(
+                    pool,
+                    &space.run_id,
+                    Some(channel),
+                    direct,
+                    Some(guest),
+                    0,
+                    options,
+                )
+                .await?;
+                Ok(Checked::Reports(
+                    run_checks(exercise, arena, options, on_report).await?,
+                ))
+            }
+            .await;
+            space.release(servers, false).await?;
+            result
+        }
+        Subject::Target { url } => {
+            if postgres.origin != Origin::Given {
+                return Err(ExerciseError::Target(
+                    "--target needs --database-url: the database the service writes to, where the lab reads its reports".into(),
+                ));
+            }
+            let run = uuid_like();
+            // Far from any task id already in the service's table.
+            let task_base = 1_000_000_000
+                + i64::from(u32::from_str_radix(&run, 16).unwrap_or(0) % 1_000_000) * 1000;
+            let arena = open_arena(
+                postgres.admin.clone(),
+                &run,
+                None,
+                url.trim_end_matches('/').to_string(),
+                None,
+                task_base,
+                options,
+            )
+            .await?;
+            Ok(Checked::Reports(
+                run_checks(exercise, arena, options, on_report).await?,
+            ))
+        }
+    }
+}
+
+/// Eight hex digits, fresh for every run, as a run space's id.
+fn uuid_like() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
+}
+
+/// The trigger that tells the lab when a report is committed: PostgreSQL delivers a
+/// notification only once its transaction has committed, so the `crash` check can kill the
+/// program right after the COMMIT. It changes nothing the program sees.
+async fn install_commit_notice(pool: &sqlx::PgPool, channel: &str) -> Result<(), ExerciseError> {
+    // `channel` is made of the run id (hex digits) only.
+    let sql = format!(
+        "CREATE FUNCTION lab_report_committed() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_notify('{channel}', NEW.task_id::text); RETURN NEW; END $$;
+         CREATE TRIGGER lab_report_committed AFTER INSERT ON reports
+             FOR EACH ROW EXECUTE FUNCTION lab_report_committed();"
+    );
+    sqlx::raw_sql(AssertSqlSafe(sql)).execute(pool).await?;
+    Ok(())
+}
+
+async fn open_arena(
+    pool: sqlx::PgPool,
+    run: &str,
+    commit_channel: Option<String>,
+    direct: String,
+    guest: Option<guest::Guest>,
+    task_base: i64,
+    options: &CheckOptions,
+) -> Result<arena::Arena, ExerciseError> {
+    let upstream = reqwest::Url::parse(&direct)
+        .ok()
+        .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+        .ok_or_else(|| ExerciseError::Target(format!("not an http URL: {direct}")))?;
+    let proxies = faultproxy::FaultProxy::new();
+    let info = proxies
+        .create(&format!("exercise-{run}"), "127.0.0.1:0", &upstream)
+        .await?;
+    let proxy = proxies.get(&info.name).expect("just created");
+    let client = reqwest::Client::builder()
+        // One connection per call: a fault armed on the proxy's next connection is aimed at
+        // exactly the call that follows.
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("a client without TLS builds");
+    Ok(arena::Arena {
+        pool,
+        run: run.to_string(),
+        commit_channel,
+        proxied: format!("http://{}", info.listen),
+        direct,
+        proxy,
+        proxies,
+        guest,
+        task_base,
+        seed: options.seed,
+        repeat: options.repeat,
+        client,
+        schedule: Vec::new(),
+    })
+}
+
+async fn run_checks(
+    exercise: &'static Exercise,
+    mut arena: arena::Arena,
+    options: &CheckOptions,
+    on_report: &mut dyn FnMut(&CheckReport),
+) -> Result<Vec<CheckReport>, ExerciseError> {
+    let mut reports = Vec::new();
+    for spec in exercise.checks {
+        if !options.only.is_empty() && !options.only.iter().any(|o| o == spec.name) {
+            continue;
+        }
+        arena.schedule.clear();
+        let mark = arena.guest.as_ref().map_or(0, guest::Guest::mark);
+        let verdict = if spec.restarts && arena.guest.is_none() {
+            Verdict::Skipped(lab_core::Msg::new("skipped.target"))
+        } else {
+            match exercise.name {
+                "report-api" => report_api::run(spec.name, &mut arena).await?,
+                other => unreachable!("no checks for {other}"),
+            }
+        };
+        arena.proxy.disarm_all_faults();
+        let output = match (&verdict, &arena.guest) {
+            (Verdict::Fail(_) | Verdict::Unknown(_), Some(guest)) => {
+                Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
+            }
+            _ => None,
+        };
+        let report = CheckReport {
+            name: spec.name,
+            verdict,
+            schedule: std::mem::take(&mut arena.schedule),
+            seed: spec.seeded.then_some(options.seed),
+            output,
+        };
+        on_report(&report);
+        reports.push(report);
+    }
+    if let Some(mut guest) = arena.guest.take() {
+        guest.stop().await;
+    }
+    Ok(reports)
+}

@@ -1,0 +1,113 @@
+//! What a check says: its verdict, and the schedule that led to it, told as a scenario is
+//! (steps, requests, answers with ok / fail / unknown, the rows read back).
+//!
+//! A verdict is one of four:
+//!
+//! - **pass**: the invariant held on this schedule;
+//! - **fail**: it broke; [`Verdict::Fail`] names the invariant and how it broke, in one line;
+//! - **unknown**: the check could not decide: the service did not answer, a fault it armed
+//!   never fired, a timing it needed was not reached;
+//! - **skipped**: the check cannot run here (with `--target` the lab cannot kill and restart the
+//!   service), with the reason.
+
+use lab_core::Msg;
+use serde::Serialize;
+
+/// How one check ended.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    Pass,
+    Fail(Msg),
+    Unknown(Msg),
+    Skipped(Msg),
+}
+
+impl Verdict {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail(_) => "fail",
+            Verdict::Unknown(_) => "unknown",
+            Verdict::Skipped(_) => "skipped",
+        }
+    }
+
+    /// The one line that says why (none for a pass).
+    pub fn reason(&self) -> Option<&Msg> {
+        match self {
+            Verdict::Pass => None,
+            Verdict::Fail(msg) | Verdict::Unknown(msg) | Verdict::Skipped(msg) => Some(msg),
+        }
+    }
+}
+
+/// Who made a call, as a message: `client`, `client.2`, or a hostile request's label.
+pub fn who(raw: &str) -> Msg {
+    match raw.strip_prefix("client.") {
+        Some(n) => Msg::new("who.client_n").arg("n", n),
+        None => Msg::new(format!("who.{raw}")),
+    }
+}
+
+/// How a call ended, as the caller sees it: the three outcomes of the lessons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A 2xx: the work is done.
+    Ok,
+    /// An answer that says the work was not done (4xx, 5xx).
+    Fail,
+    /// No answer: a timeout, a connection cut. The work may or may not have been done.
+    Unknown,
+}
+
+/// One call as the lab made it and what came back.
+#[derive(Debug, Clone, Serialize)]
+pub struct Exchange {
+    /// Who sent it, e.g. "client" or "client 3".
+    pub who: String,
+    pub key: Option<String>,
+    pub body: String,
+    /// The HTTP status, if an answer came.
+    pub status: Option<u16>,
+    /// The answer's body (cut to a line), or why there was none.
+    pub answer: String,
+    /// Whether the whole answer's body is JSON.
+    pub json_body: bool,
+    /// The answer's `report_id` and `replayed`, when it has them.
+    pub report_id: Option<i64>,
+    pub replayed: Option<bool>,
+    pub outcome: Outcome,
+}
+
+/// A report as the lab reads it back from the table (the oracle).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ReportRow {
+    pub id: i64,
+    pub task_id: i64,
+    pub report_type: String,
+    pub idempotency_key: Option<String>,
+}
+
+/// One line of a check's schedule.
+#[derive(Debug, Clone)]
+pub enum Line {
+    /// What the lab does next, in the check's words.
+    Step(Msg),
+    /// A call and its answer.
+    Call(Exchange),
+    /// The rows of `reports` for the check's task, read back.
+    Rows { task_id: i64, rows: Vec<ReportRow> },
+}
+
+/// A check's result: its verdict, its schedule, and what replays it.
+#[derive(Debug, Clone)]
+pub struct CheckReport {
+    pub name: &'static str,
+    pub verdict: Verdict,
+    pub schedule: Vec<Line>,
+    /// The seed of a check that explores timings (replayed with `--seed`).
+    pub seed: Option<u64>,
+    /// The tail of the program's output, for a check that failed or could not decide.
+    pub output: Option<String>,
+}
