@@ -574,3 +574,110 @@ fn a_program_that_is_not_installed_says_so() {
     );
     lab_testkit::assert_nothing_left(tmp.path(), "after a program that could not start");
 }
+
+#[test]
+fn after_a_sigkill_the_next_lab_ends_what_the_program_left() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("ex");
+    // A child in the program's group, which the kernel does not end with `lab`.
+    project(
+        &dir,
+        &[
+            "sh",
+            "-c",
+            "sleep 900 & exec python3 -m http.server --bind 127.0.0.1 \"$PORT\"",
+        ],
+        "",
+    );
+    let mut child = lab(&[
+        "exercise",
+        "check",
+        "report-api",
+        dir.to_str().unwrap(),
+        "--only",
+        "crash",
+    ])
+    .env("TMPDIR", tmp.path())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !processes_in(&dir).iter().any(|p| p.contains("http.server")) {
+        assert!(Instant::now() < deadline, "the program never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    common::signal(&child, nix::sys::signal::Signal::SIGKILL);
+    child.wait().unwrap();
+    // The leader dies with `lab`; its child lives on until the next `lab` starts.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_in(&dir).iter().any(|p| p.contains("http.server")) {
+        assert!(Instant::now() < deadline, "the leader outlived lab");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        processes_in(&dir).iter().any(|p| p.contains("sleep 900")),
+        "the child is left"
+    );
+    let next = lab(&["doctor"]).env("TMPDIR", tmp.path()).output().unwrap();
+    assert_code(&next, 0);
+    assert_eq!(
+        processes_in(&dir),
+        Vec::<String>::new(),
+        "the next lab ended it"
+    );
+    lab_testkit::assert_nothing_left(tmp.path(), "after the next lab");
+}
+
+#[test]
+fn watch_checks_again_on_a_save_and_quits_on_q() {
+    use std::io::Write as _;
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("ex");
+    answering_program(&dir);
+    std::fs::write(dir.join("app.py"), "# v1\n").unwrap();
+    let mut child = lab(&[
+        "exercise",
+        "watch",
+        "report-api",
+        dir.to_str().unwrap(),
+        "--only",
+        "replay",
+    ])
+    .env("TMPDIR", tmp.path())
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let summary = |seen: &std::sync::mpsc::Receiver<String>| loop {
+        let line = seen
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a check run ends");
+        if line.contains("passed,") {
+            return;
+        }
+    };
+    summary(&seen);
+    // A save: the exercise is checked again.
+    std::fs::write(dir.join("app.py"), "# v2\n").unwrap();
+    summary(&seen);
+    // A hint, then quit.
+    let mut keys = child.stdin.take().unwrap();
+    keys.write_all(b"h\n").unwrap();
+    let hint = seen.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(hint.contains("database"), "the first hint: {hint}");
+    keys.write_all(b"q\n").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(processes_in(&dir), Vec::<String>::new());
+    lab_testkit::assert_nothing_left(tmp.path(), "after watch");
+}

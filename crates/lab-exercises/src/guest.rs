@@ -63,7 +63,7 @@ pub struct Guest {
     pub port: u16,
     log: PathBuf,
     /// Holds the log file's folder as long as the guest.
-    _logs: Arc<TempDir>,
+    logs: Arc<TempDir>,
     process: Option<ServerProcess>,
     /// How many times it was started (a crash check starts it twice).
     pub starts: u32,
@@ -81,6 +81,9 @@ impl Guest {
             .prefix("lab-exercise-")
             .tempdir()
             .map_err(ExerciseError::io(std::env::temp_dir()))?;
+        // Named for the next `lab`'s sweep: should this one be killed, it ends what the program
+        // left running (see `lab_infra::leftovers`).
+        lab_infra::leftovers::claim(logs.path()).map_err(ExerciseError::io(logs.path()))?;
         let log = logs.path().join("output.log");
         // Absolute: the program runs in `dir`, so a relative path to it (`.venv/bin/python`)
         // must not be taken relative to `dir` twice.
@@ -91,7 +94,7 @@ impl Guest {
             env,
             port,
             log,
-            _logs: Arc::new(logs),
+            logs: Arc::new(logs),
             process: None,
             starts: 0,
         })
@@ -173,6 +176,8 @@ impl Guest {
         let process = ServerProcess::spawn("the exercise's program", command, SHUTDOWN, None)
             .await
             .map_err(|e| self.spawn_error(&argv[0], e))?;
+        lab_infra::leftovers::record_group(self.logs.path(), process.pid(), &self.dir)
+            .map_err(ExerciseError::io(self.logs.path()))?;
         self.process = Some(process);
         self.starts += 1;
         let probe = reqwest::Client::builder()

@@ -8,7 +8,14 @@
 //! removes the `lab-pg-*` and `lab-redis-*` directories whose owner is gone from the places
 //! throwaway directories go (`TMPDIR` and memory, see [`crate::scratch`]), after ending any
 //! process still working in them. Nothing else is touched: a directory of a live `lab`, one
-//! whose owner cannot be read, and anything not named like ours stay. (Half-built templates in
+//! whose owner cannot be read, and anything not named like ours stay.
+//!
+//! A learner's program (`lab exercise`) works in the learner's folder, not in a throwaway
+//! directory, and only its group's leader dies with `lab`: a child it started (a reloader's
+//! worker, the binary under `cargo run`) would live on, holding its port. Its `lab-exercise-*`
+//! directory therefore also names the group ([`GROUP_FILE`]: the group id and the folder the
+//! program runs in), and the sweep ends the processes of that group still working in that
+//! folder, and nothing else. (Half-built templates in
 //! the cache carry an owner file too, and [`crate::template`] removes them likewise.)
 
 use std::fs;
@@ -23,7 +30,48 @@ use nix::unistd::Pid;
 pub const OWNER_FILE: &str = "lab.owner";
 
 /// The names of our throwaway directories start with these.
-pub const PREFIXES: [&str; 2] = ["lab-pg-", "lab-redis-"];
+pub const PREFIXES: [&str; 3] = ["lab-pg-", "lab-redis-", "lab-exercise-"];
+
+/// The file in a `lab-exercise-*` directory that names the learner's program's process group:
+/// `<pgid>\n<the folder it runs in>`.
+pub const GROUP_FILE: &str = "lab.group";
+
+/// Records the process group `pgid` of a program running in `workdir`, in `dir`.
+pub fn record_group(dir: &Path, pgid: u32, workdir: &Path) -> io::Result<()> {
+    fs::write(
+        dir.join(GROUP_FILE),
+        format!("{pgid}\n{}\n", workdir.display()),
+    )
+}
+
+/// The processes of the group recorded in `dir` that still work in its folder.
+fn recorded_group(dir: &Path) -> Vec<Pid> {
+    let Ok(text) = fs::read_to_string(dir.join(GROUP_FILE)) else {
+        return Vec::new();
+    };
+    let mut lines = text.lines();
+    let (Some(Ok(pgid)), Some(workdir)) = (lines.next().map(str::parse::<i32>), lines.next())
+    else {
+        return Vec::new();
+    };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = fs::read_to_string(entry.path().join("stat")).ok()?;
+            let pgrp: i32 = stat[stat.rfind(')')? + 1..]
+                .split_whitespace()
+                .nth(2)?
+                .parse()
+                .ok()?;
+            let cwd = fs::read_link(entry.path().join("cwd")).ok()?;
+            (pgrp == pgid && cwd.starts_with(workdir)).then_some(Pid::from_raw(pid))
+        })
+        .collect()
+}
 
 /// A directory without an owner file is left alone this long: it may be one that a `lab` has
 /// just created and not yet claimed.
@@ -71,6 +119,20 @@ fn processes_in(dir: &Path) -> Vec<Pid> {
         .collect()
 }
 
+/// True while `pid` runs (a zombie, killed and waiting for its parent, does not).
+fn still_runs(pid: Pid) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat[stat.rfind(')')? + 1..]
+                .split_whitespace()
+                .next()?
+                .to_string();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
 /// Our throwaway directories in `tmp` whose owner is gone.
 fn abandoned(tmp: &Path) -> Vec<PathBuf> {
     let Ok(entries) = fs::read_dir(tmp) else {
@@ -114,8 +176,19 @@ pub fn sweep() -> Vec<PathBuf> {
         .flat_map(|root| abandoned(root))
     {
         // The kernel ended them with their owner; a straggler gets the same end now.
-        for pid in processes_in(&dir) {
-            let _ = kill(pid, Signal::SIGKILL);
+        let stragglers: Vec<Pid> = processes_in(&dir)
+            .into_iter()
+            .chain(recorded_group(&dir))
+            .collect();
+        for pid in &stragglers {
+            let _ = kill(*pid, Signal::SIGKILL);
+        }
+        // Gone before this `lab` goes on (a learner's program may hold files or a port):
+        // SIGKILL takes milliseconds; the bound is for a process stuck in the kernel.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while stragglers.iter().any(|pid| still_runs(*pid)) && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
         }
         if fs::remove_dir_all(&dir).is_ok() {
             removed.push(dir);

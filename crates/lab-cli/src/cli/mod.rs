@@ -135,6 +135,7 @@ Examples:
   lab exercise list                         the exercises, with your progress
   lab exercise start report-api             a starter in ./lab-exercises/report-api
   lab exercise check report-api             start it, attack it, a verdict per check
+  lab exercise watch report-api             the same on every save of your files
   lab exercise check report-api --only race --seed 7
                                             one check, replayed by its seed
   lab exercise check report-api --target http://127.0.0.1:8000 --database-url postgresql://…
@@ -168,6 +169,11 @@ Examples:
                                             one test case per check
 Exit codes: 0 every check passed, 1 a check failed, 4 a check could not decide
 (or your program never answered), 2 usage, 3 environment, 130/143 interrupted.";
+
+const EXERCISE_WATCH_EXAMPLES: &str = "\
+Examples:
+  lab exercise watch report-api             check on every save; h Enter a hint, q Enter quit
+  lab exercise watch report-api ~/code/report-api --repeat 10";
 
 const EXERCISE_HINT_EXAMPLES: &str = "\
 Examples:
@@ -222,6 +228,25 @@ pub enum ExerciseCommand {
         only: Vec<String>,
         /// The seed of the checks that explore timings and inputs [default: from the clock,
         /// printed in each replay line]
+        #[arg(long)]
+        seed: Option<u64>,
+        /// How many times the exploring checks repeat (the bursts)
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        repeat: u32,
+    },
+    /// Check, then check again whenever a file of the exercise changes (h Enter: a hint, r
+    /// Enter: re-check, q Enter: quit)
+    #[command(after_help = EXERCISE_WATCH_EXAMPLES)]
+    Watch {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The exercise's folder [default: ./lab-exercises/NAME]
+        #[arg(value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+        /// Only this check (repeat for several)
+        #[arg(long, value_name = "CHECK")]
+        only: Vec<String>,
+        /// The seed of the checks that explore timings and inputs [default: from the clock]
         #[arg(long)]
         seed: Option<u64>,
         /// How many times the exploring checks repeat (the bursts)

@@ -159,16 +159,7 @@ pub async fn exercise_command(
             repeat,
         } => {
             let exercise = exercise(name)?;
-            for check in only {
-                if exercise.check(check).is_none() {
-                    let names: Vec<_> = exercise.checks.iter().map(|c| c.name).collect();
-                    return Err(Failure::usage(format!(
-                        "{} has no check `{check}` (it has: {})",
-                        exercise.name,
-                        names.join(", ")
-                    )));
-                }
-            }
+            known_checks(exercise, only)?;
             let subject = match target {
                 Some(url) => Subject::Target { url: url.clone() },
                 None => {
@@ -199,6 +190,26 @@ pub async fn exercise_command(
             let session = Session::open(options, library?, Mode::Headless);
             check(&session, &words, exercise, subject, &check_options, output).await
         }
+        ExerciseCommand::Watch {
+            name,
+            dir,
+            only,
+            seed,
+            repeat,
+        } => {
+            let exercise = exercise(name)?;
+            known_checks(exercise, only)?;
+            let dir = dir.clone().unwrap_or_else(|| default_dir(name));
+            let manifest = lab_exercises::Manifest::read(&dir).map_err(failure)?;
+            let check_options = CheckOptions {
+                only: only.clone(),
+                seed: seed.unwrap_or_else(clock_seed),
+                repeat: *repeat,
+                guest_env: Vec::new(),
+            };
+            let session = Session::open(options, library?, Mode::Headless);
+            watch(&session, &words, exercise, dir, manifest, &check_options).await
+        }
         ExerciseCommand::Verify {
             name,
             seeds,
@@ -212,6 +223,21 @@ pub async fn exercise_command(
             verify(&session, &words, &exercises, *seeds, python_venv.as_deref()).await
         }
     }
+}
+
+/// Every `--only` names a check of the exercise.
+fn known_checks(exercise: &Exercise, only: &[String]) -> Result<(), Failure> {
+    for check in only {
+        if exercise.check(check).is_none() {
+            let names: Vec<_> = exercise.checks.iter().map(|c| c.name).collect();
+            return Err(Failure::usage(format!(
+                "{} has no check `{check}` (it has: {})",
+                exercise.name,
+                names.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A seed from the clock, for a check run that was given none (printed in its replay lines).
@@ -328,6 +354,23 @@ async fn check(
     options: &CheckOptions,
     output: Output,
 ) -> Result<u8, Failure> {
+    session
+        .run_with_servers(Needs::POSTGRES, async |servers| {
+            check_once(servers, words, exercise, subject, options, output).await
+        })
+        .await
+}
+
+/// One check run on servers already up: its heading, a report per check as each ends, the
+/// learner's progress recorded, the summary; its exit code.
+async fn check_once(
+    servers: &lab_infra::Servers,
+    words: &Words,
+    exercise: &'static Exercise,
+    subject: Subject,
+    options: &CheckOptions,
+    output: Output,
+) -> Result<u8, Failure> {
     let program_dir = match &subject {
         Subject::Program { dir, .. } => Some(dir.clone()),
         Subject::Target { .. } => None,
@@ -358,18 +401,14 @@ async fn check(
         }
         Subject::Target { url } => format!("lab exercise check {} --target {url}", exercise.name),
     };
-    let checked = session
-        .run_with_servers(Needs::POSTGRES, async |servers| {
-            let mut print = |report: &CheckReport| match output {
-                Output::Text => print_text(words, exercise, report, &replay_base),
-                Output::Json => print_json(words, exercise, report, &replay_base),
-                Output::Junit => {}
-            };
-            lab_exercises::check(exercise, subject, servers, options, &mut print)
-                .await
-                .map_err(failure)
-        })
-        .await?;
+    let mut print = |report: &CheckReport| match output {
+        Output::Text => print_text(words, exercise, report, &replay_base),
+        Output::Json => print_json(words, exercise, report, &replay_base),
+        Output::Junit => {}
+    };
+    let checked = lab_exercises::check(exercise, subject, servers, options, &mut print)
+        .await
+        .map_err(failure)?;
     let reports = match checked {
         Checked::Reports(reports) => reports,
         Checked::NotReady(not_ready) => {
@@ -389,6 +428,104 @@ async fn check(
         Output::Junit => print_junit(words, exercise, &reports, &replay_base)?,
     }
     Ok(exit_code(&reports))
+}
+
+/// Whether a change to `path` is the learner's: not a virtual environment, a build's output,
+/// bytecode, an editor's swap file, the lockfile a build rewrites, or the lab's own state file.
+fn learners_change(path: &Path) -> bool {
+    const IGNORED_DIRS: &[&str] = &[".venv", "target", "__pycache__", ".git", "node_modules"];
+    if path
+        .components()
+        .any(|c| IGNORED_DIRS.iter().any(|d| c.as_os_str() == *d))
+    {
+        return false;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    !(name == state::FILE
+        || name == "Cargo.lock"
+        || name.ends_with(".pyc")
+        || name.ends_with('~')
+        || name.ends_with(".swp")
+        || name.starts_with(".#"))
+}
+
+/// How long a burst of changes (an editor's save: a temporary file, a rename) settles before
+/// the re-check: one check for one save.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `lab exercise watch`: checks, then checks again whenever a file of the exercise changes,
+/// on one set of servers, with a footer of keys (h a hint, r re-check, q quit), as rustlings'
+/// watch mode. The keys are read a line at a time (a letter, then Enter).
+async fn watch(
+    session: &Session,
+    words: &Words,
+    exercise: &'static Exercise,
+    dir: PathBuf,
+    manifest: lab_exercises::Manifest,
+    options: &CheckOptions,
+) -> Result<u8, Failure> {
+    use notify::Watcher as _;
+    use tokio::io::AsyncBufReadExt as _;
+    let (changed, mut changes) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(event) = event
+            && !event.kind.is_access()
+            && event.paths.iter().any(|p| learners_change(p))
+        {
+            let _ = changed.send(());
+        }
+    })
+    .map_err(Failure::environment)?;
+    watcher
+        .watch(&dir, notify::RecursiveMode::Recursive)
+        .map_err(Failure::environment)?;
+    let mut keys = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut keys_open = true;
+    let mut hint = 0;
+    session
+        .run_with_servers(Needs::POSTGRES, async |servers| {
+            loop {
+                let subject = Subject::Program {
+                    dir: dir.clone(),
+                    manifest: manifest.clone(),
+                };
+                check_once(servers, words, exercise, subject, options, Output::Text).await?;
+                // What the run itself wrote (bytecode, a build) is not a change of the learner's.
+                while changes.try_recv().is_ok() {}
+                crate::output::drained().await;
+                eprintln!(
+                    "{}",
+                    words.common(Msg::new("watch.footer").arg("dir", dir.display().to_string()))
+                );
+                loop {
+                    tokio::select! {
+                        Some(()) = changes.recv() => {
+                            tokio::time::sleep(SETTLE).await;
+                            while changes.try_recv().is_ok() {}
+                            break;
+                        }
+                        line = keys.next_line(), if keys_open => match line {
+                            Ok(Some(line)) => match line.trim() {
+                                "q" => return Ok(exit::OK),
+                                "r" | "" => break,
+                                "h" => {
+                                    hint = hint % 3 + 1;
+                                    say!("{}", words.of(exercise, &Msg::new(format!("hint.{hint}"))));
+                                    crate::output::drained().await;
+                                }
+                                _ => {}
+                            },
+                            // No more keys (stdin closed): files alone drive it now.
+                            _ => keys_open = false,
+                        },
+                    }
+                }
+            }
+        })
+        .await
 }
 
 /// An engine error as the CLI reports it: the learner's own mistakes (no manifest, a build that

@@ -1,0 +1,102 @@
+//! The exercises' texts: both languages say the same things (the same keys, the same
+//! placeholders), and every message a check can produce has its text.
+
+use std::collections::BTreeSet;
+
+use lab_core::Lang;
+
+fn placeholders(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = text.replace("{{", "").replace("}}", "");
+    while let Some(start) = rest.find('{') {
+        let Some(len) = rest[start..].find('}') else {
+            break;
+        };
+        names.insert(rest[start + 1..start + len].to_string());
+        rest = rest[start + len + 1..].to_string();
+    }
+    names
+}
+
+#[test]
+fn both_languages_have_every_text_with_the_same_placeholders() {
+    let texts = lab_exercises::texts().expect("the exercises' texts parse");
+    let mut scopes = vec![lab_exercises::COMMON];
+    scopes.extend(lab_exercises::EXERCISES.iter().map(|e| e.name));
+    for scope in scopes {
+        let en: BTreeSet<&str> = texts.keys(scope, Lang::En).into_iter().collect();
+        let ru: BTreeSet<&str> = texts.keys(scope, Lang::Ru).into_iter().collect();
+        assert!(!en.is_empty(), "{scope} has texts");
+        assert_eq!(en, ru, "{scope}: the same keys in en and ru");
+        for key in en {
+            let en_text = texts.get(scope, Lang::En, key).unwrap();
+            let ru_text = texts.get(scope, Lang::Ru, key).unwrap();
+            assert_eq!(
+                placeholders(en_text),
+                placeholders(ru_text),
+                "{scope}.{key}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_check_has_a_title_and_every_exercise_three_hints() {
+    let texts = lab_exercises::texts().unwrap();
+    for exercise in lab_exercises::EXERCISES {
+        for lang in Lang::ALL {
+            for check in exercise.checks {
+                let key = format!("check.{}.title", check.name);
+                assert!(
+                    texts.get(exercise.name, lang, &key).is_some(),
+                    "{}: {key}",
+                    exercise.name
+                );
+            }
+            for level in 1..=3 {
+                assert!(
+                    texts
+                        .get(exercise.name, lang, &format!("hint.{level}"))
+                        .is_some()
+                );
+            }
+            assert!(texts.get(exercise.name, lang, "summary").is_some());
+        }
+        for file in ["README.md", "README.ru.md"] {
+            let text = lab_exercises::files::text(&format!("{}/common/{file}", exercise.name))
+                .unwrap_or_else(|| panic!("{}: {file}", exercise.name));
+            for check in exercise.checks {
+                assert!(
+                    text.contains(&format!("`{}`", check.name)),
+                    "{file} names {}",
+                    check.name
+                );
+            }
+        }
+    }
+}
+
+/// Every message key the checks' source can produce (`Msg::new("…")`, `fail("…")`) has a text.
+#[test]
+fn every_message_the_checks_use_has_a_text() {
+    let texts = lab_exercises::texts().unwrap();
+    let source = include_str!("../src/report_api.rs");
+    let mut keys = BTreeSet::new();
+    for (marker, prefix) in [("Msg::new(\"", ""), ("fail(\"", "broke.")] {
+        for piece in source.split(marker).skip(1) {
+            if let Some(end) = piece.find('"') {
+                keys.insert(format!("{prefix}{}", &piece[..end]));
+            }
+        }
+    }
+    keys.insert("skipped.target".into());
+    assert!(keys.len() > 20, "the keys were found: {keys:?}");
+    for key in keys {
+        for lang in Lang::ALL {
+            assert!(
+                texts.get("report-api", lang, &key).is_some(),
+                "report-api {lang:?}: {key}"
+            );
+        }
+    }
+}
