@@ -681,3 +681,111 @@ fn watch_checks_again_on_a_save_and_quits_on_q() {
     assert_eq!(processes_in(&dir), Vec::<String>::new());
     lab_testkit::assert_nothing_left(tmp.path(), "after watch");
 }
+
+// ─── Exercise `worker`, with the lesson's Python stack ──────────────────────────────────────
+
+/// The worker's reference solution, written out with the venv linked in, its worker.py
+/// rewritten by `edit`.
+fn worker_variant(work: &Path, edit: impl Fn(String) -> String) -> PathBuf {
+    let base = work.join("w");
+    let out = lab(&["exercise", "solution", "worker", base.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    let dir = work.join("w-solution");
+    std::os::unix::fs::symlink(venv(), dir.join(".venv")).unwrap();
+    let source = std::fs::read_to_string(dir.join("worker.py")).unwrap();
+    let edited = edit(source.clone());
+    assert!(
+        edited != source || edit(String::new()).is_empty(),
+        "the edit applies"
+    );
+    std::fs::write(dir.join("worker.py"), edited).unwrap();
+    dir
+}
+
+fn worker_verdicts(dir: &Path, tmp: &Path, only: &str) -> (String, String) {
+    let out = lab(&[
+        "exercise",
+        "check",
+        "worker",
+        dir.to_str().unwrap(),
+        "--only",
+        only,
+        "--format",
+        "json",
+    ])
+    .env("TMPDIR", tmp)
+    .output()
+    .unwrap();
+    let line = stdout(&out);
+    let value: serde_json::Value =
+        serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line}"));
+    (value["verdict"].as_str().unwrap().to_string(), line)
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn a_key_from_the_attempt_number_is_caught_and_named() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = worker_variant(work.path(), |s| {
+        s.replace(
+            "def create_report(task_id: int) -> int:",
+            "def create_report(task_id: int, attempt: int) -> int:",
+        )
+        .replace(
+            "f\"report-task-{task_id}\"",
+            "f\"report-task-{task_id}-attempt-{attempt}\"",
+        )
+        .replace(
+            "report_id = create_report(TASK_ID)",
+            "report_id = create_report(TASK_ID, attempt)",
+        )
+    });
+    let (verdict, said) = worker_verdicts(&dir, tmp.path(), "crash-after-commit");
+    assert_eq!(verdict, "fail", "{said}");
+    assert!(
+        said.contains("different keys") && said.contains("attempt number"),
+        "{said}"
+    );
+    lab_testkit::assert_nothing_left(tmp.path(), "after the check");
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn a_transaction_held_across_the_call_is_caught() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    // The claim's transaction left open until the call has returned.
+    let dir = worker_variant(work.path(), |s| {
+        s.replace(
+            "    with engine.begin() as conn:\n        return conn.execute(\n            text(\n                \"UPDATE tasks SET status = 'processing'",
+            "    if True:\n        conn = HELD\n        return conn.execute(\n            text(\n                \"UPDATE tasks SET status = 'processing'",
+        )
+        .replace("\n\n\ndef claim_task", "\nHELD = engine.connect()\n\n\ndef claim_task")
+        .replace(
+            "    report_id = create_report(TASK_ID)\n",
+            "    report_id = create_report(TASK_ID)\n    HELD.commit()\n",
+        )
+    });
+    let (verdict, said) = worker_verdicts(&dir, tmp.path(), "no-open-transaction");
+    assert_eq!(verdict, "fail", "{said}");
+    assert!(said.contains("idle in transaction"), "{said}");
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn a_completion_without_fencing_is_caught() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = worker_variant(work.path(), |s| {
+        s.replace(
+            " AND status = 'processing' AND attempts = :attempt\" + lease + \"",
+            "\" + lease + \"",
+        )
+    });
+    let (verdict, said) = worker_verdicts(&dir, tmp.path(), "stale-completion");
+    assert_eq!(verdict, "fail", "{said}");
+    assert!(said.contains("complete_task must check attempts"), "{said}");
+}

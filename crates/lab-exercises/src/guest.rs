@@ -168,11 +168,11 @@ impl Guest {
         }
     }
 
-    /// Starts the program and waits until `GET /health` gets any HTTP answer.
-    pub async fn start(&mut self) -> Result<Result<Duration, NotReady>, ExerciseError> {
+    /// Starts the program, without waiting for anything: a job that runs to its end (a worker
+    /// that processes one task).
+    pub async fn launch(&mut self) -> Result<(), ExerciseError> {
         let argv = self.manifest.command.clone();
         let command = self.command(&argv, self.open_log()?);
-        let started = Instant::now();
         let process = ServerProcess::spawn("the exercise's program", command, SHUTDOWN, None)
             .await
             .map_err(|e| self.spawn_error(&argv[0], e))?;
@@ -180,6 +180,31 @@ impl Guest {
             .map_err(ExerciseError::io(self.logs.path()))?;
         self.process = Some(process);
         self.starts += 1;
+        Ok(())
+    }
+
+    /// Waits, at most `limit`, for a launched program to exit: its exit code (`None` if a
+    /// signal ended it), or `Err` if it still runs (it is killed then, with its group).
+    pub async fn finish(&mut self, limit: Duration) -> Result<Option<i32>, ()> {
+        let Some(process) = self.process.as_mut() else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(limit, process.wait()).await {
+            Ok(status) => {
+                self.process = None;
+                Ok(status.ok().and_then(|s| s.code()))
+            }
+            Err(_) => {
+                self.kill().await;
+                Err(())
+            }
+        }
+    }
+
+    /// Starts the program and waits until `GET /health` gets any HTTP answer.
+    pub async fn start(&mut self) -> Result<Result<Duration, NotReady>, ExerciseError> {
+        let started = Instant::now();
+        self.launch().await?;
         let probe = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .pool_max_idle_per_host(0)

@@ -19,7 +19,8 @@
 //!   oracle's connections, the schedule being recorded.
 //! - [`verdict`]: pass / fail / unknown / skipped, and the schedule's lines.
 //! - [`state`]: the learner's progress, kept beside their code.
-//! - One module per exercise with its checks: [`report_api`].
+//! - One module per exercise with its checks: [`report_api`] (the learner's service, attacked
+//!   from outside), [`worker`] (the learner's worker, run against the lab's report service).
 //!
 //! [`check`] is the whole of one `lab exercise check`: it takes servers the caller started
 //! (and stops), and cleans up everything it started itself (the run's schema, the proxy, the
@@ -35,6 +36,7 @@ pub mod manifest;
 pub mod report_api;
 pub mod state;
 pub mod verdict;
+pub mod worker;
 
 use std::path::PathBuf;
 
@@ -115,6 +117,9 @@ pub async fn check(
     let Some(postgres) = &servers.postgres else {
         return Err(ExerciseError::Target("PostgreSQL is needed".into()));
     };
+    if exercise.name == worker::EXERCISE.name {
+        return check_worker(exercise, subject, servers, options, on_report).await;
+    }
     match subject {
         Subject::Program { dir, manifest } => {
             let space = RunSpace::create(servers, &[files::SCHEMA_TEXT]).await?;
@@ -187,6 +192,51 @@ pub async fn check(
             ))
         }
     }
+}
+
+/// The `worker` exercise: the lab's report service on the run's schema, and the learner's
+/// worker started for each task a check needs.
+async fn check_worker(
+    exercise: &'static Exercise,
+    subject: Subject,
+    servers: &Servers,
+    options: &CheckOptions,
+    on_report: &mut dyn FnMut(&CheckReport),
+) -> Result<Checked, ExerciseError> {
+    let Subject::Program { dir, manifest } = subject else {
+        return Err(ExerciseError::Target(
+            "--target does not apply to a worker: the lab starts the worker for each task itself"
+                .into(),
+        ));
+    };
+    let postgres = servers.postgres.as_ref().expect("checked by the caller");
+    let space = RunSpace::create(servers, &[files::SCHEMA_TEXT]).await?;
+    let result = async {
+        let pool = space.pg.clone().expect("the run has PostgreSQL");
+        let checkpoints = lab_core::Checkpoints::new();
+        let service = worker::report_service(pool.clone(), checkpoints.clone())?;
+        let build = guest::Guest::new(&dir, manifest.clone(), 0, options.guest_env.clone())?;
+        build.build().await?;
+        let yard = worker::Yard {
+            database_url: postgres.target.guest_url(&space.schema)?,
+            pool,
+            schema: space.schema.clone(),
+            run: space.run_id.clone(),
+            service,
+            checkpoints,
+            dir,
+            manifest,
+            extra_env: options.guest_env.clone(),
+            schedule: Vec::new(),
+            workers: Vec::new(),
+        };
+        Ok(Checked::Reports(
+            worker::run_checks(exercise, yard, &options.only, on_report).await?,
+        ))
+    }
+    .await;
+    space.release(servers, false).await?;
+    result
 }
 
 /// Eight hex digits, fresh for every run, as a run space's id.

@@ -28,6 +28,10 @@ pub struct Manifest {
     /// Run once before the checks, in the folder (a compiler); empty for none.
     #[serde(default)]
     pub build: Vec<String>,
+    /// A worker's completion (exercise `worker`): strict (only within the lease) or not (any
+    /// time, as long as no later attempt holds the task). Given to the program as `STRICT`.
+    #[serde(default)]
+    pub strict: Option<bool>,
     /// How long the program may take to answer `GET /health` after it starts.
     #[serde(default = "default_start_timeout")]
     pub start_timeout_secs: u64,

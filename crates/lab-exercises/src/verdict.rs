@@ -89,6 +89,17 @@ pub struct ReportRow {
     pub idempotency_key: Option<String>,
 }
 
+/// A task as the lab reads it back from `tasks` (exercise `worker`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TaskRow {
+    pub id: i64,
+    pub status: String,
+    pub attempts: i32,
+    pub report_id: Option<i64>,
+    /// Whether its lease is still running, by the database's clock.
+    pub leased: bool,
+}
+
 /// One line of a check's schedule.
 #[derive(Debug, Clone)]
 pub enum Line {
@@ -98,6 +109,8 @@ pub enum Line {
     Call(Exchange),
     /// The rows of `reports` for the check's task, read back.
     Rows { task_id: i64, rows: Vec<ReportRow> },
+    /// The check's task, read back.
+    Task(TaskRow),
 }
 
 /// A check's result: its verdict, its schedule, and what replays it.

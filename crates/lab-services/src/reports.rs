@@ -379,6 +379,9 @@ async fn insert_without_key(
     req: &CreateReport,
     hash: String,
 ) -> Result<Response, ApiError> {
+    // The same point as a keyed request's, so a call can be held before its report exists
+    // whether it carries a key or not (`lab exercise check worker` holds a worker's call here).
+    service.checkpoints.reached(BEFORE_INSERT).await;
     let report_id: i64 = sqlx::query_scalar(
         "INSERT INTO reports (task_id, report_type, payload_hash) VALUES ($1, $2, $3) RETURNING id",
     )

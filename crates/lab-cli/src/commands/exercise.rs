@@ -586,6 +586,27 @@ fn schedule_lines(words: &Words, exercise: &Exercise, report: &CheckReport) -> V
                     outcome_word(words, call.outcome)
                 ));
             }
+            Line::Task(task) => {
+                let report = task
+                    .report_id
+                    .map_or_else(|| "NULL".to_string(), |id| id.to_string());
+                let lease = words.common(if task.leased {
+                    "check.leased"
+                } else {
+                    "check.not_leased"
+                });
+                lines.push(format!(
+                    "   {}",
+                    words.common(
+                        Msg::new("check.task")
+                            .arg("task", task.id)
+                            .arg("status", task.status.as_str())
+                            .arg("attempts", i64::from(task.attempts))
+                            .arg("report", report)
+                            .arg("lease", lease)
+                    )
+                ));
+            }
             Line::Rows { task_id, rows } => {
                 if rows.is_empty() {
                     lines.push(format!(
@@ -634,8 +655,15 @@ fn shown_key(words: &Words, key: &str) -> String {
 
 fn print_text(words: &Words, exercise: &Exercise, report: &CheckReport, replay_base: &str) {
     let title = words.of(exercise, &Msg::new(format!("check.{}.title", report.name)));
+    // One column for the check names, as wide as the exercise's longest.
+    let width = exercise
+        .checks
+        .iter()
+        .map(|c| c.name.len())
+        .max()
+        .unwrap_or(0);
     say!(
-        "  {} {:<12} {title}",
+        "  {} {:<width$} {title}",
         words.verdict(&report.verdict),
         report.name
     );
@@ -676,6 +704,7 @@ fn print_json(words: &Words, exercise: &Exercise, report: &CheckReport, replay_b
             Line::Rows { task_id, rows } => {
                 serde_json::json!({"rows": {"task_id": task_id, "reports": rows}})
             }
+            Line::Task(task) => serde_json::json!({"task": task}),
         })
         .collect();
     let value = serde_json::json!({
