@@ -530,6 +530,15 @@ fn the_course_workflow_grades_a_learners_push() {
         .expect("a check step");
     let (command, report) = check.split_once('>').expect("the report goes to a file");
     assert_eq!(report.trim(), "lab-exercise.xml");
+    let exercises = docs[0]["jobs"]["grade"]["strategy"]["matrix"]["exercise"]
+        .as_vec()
+        .unwrap();
+    let listed: Vec<&str> = exercises.iter().filter_map(|e| e.as_str()).collect();
+    assert_eq!(
+        listed,
+        ["report-api", "worker"],
+        "the matrix grades every exercise"
+    );
     let command = command.replace("${{ matrix.exercise }}", "report-api");
     let args: Vec<String> = command
         .split_whitespace()
@@ -788,4 +797,68 @@ fn a_completion_without_fencing_is_caught() {
     let (verdict, said) = worker_verdicts(&dir, tmp.path(), "stale-completion");
     assert_eq!(verdict, "fail", "{said}");
     assert!(said.contains("complete_task must check attempts"), "{said}");
+}
+
+#[test]
+fn sigterm_in_the_middle_of_a_check_leaves_nothing_running() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("ex");
+    answering_program(&dir);
+    let mut child = lab(&[
+        "exercise",
+        "check",
+        "report-api",
+        dir.to_str().unwrap(),
+        "--only",
+        "crash",
+    ])
+    .env("TMPDIR", tmp.path())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !processes_in(&dir).iter().any(|p| p.contains("http.server")) {
+        assert!(Instant::now() < deadline, "the program never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    common::signal(&child, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+    assert_eq!(
+        processes_in(&dir),
+        Vec::<String>::new(),
+        "the program is gone"
+    );
+    lab_testkit::assert_nothing_left(tmp.path(), "after SIGTERM");
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn the_program_may_use_its_schema_and_nothing_else() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = python_project(work.path(), "solution");
+    // Before serving, the program tries to step outside: a schema of its own, the catalogue of
+    // roles' passwords. Either one succeeding ends it with a word the lab would show.
+    let app = std::fs::read_to_string(dir.join("app.py")).unwrap();
+    let probe = "\nfor attempt in (\"CREATE SCHEMA escaped\", \"SELECT rolpassword FROM pg_authid\", \"SET search_path = public; CREATE TABLE escaped (x int)\"):\n    try:\n        with engine.begin() as conn:\n            conn.execute(text(attempt))\n    except Exception:\n        continue\n    raise SystemExit(f\"ESCAPED: {attempt}\")\n\n\nif __name__ == \"__main__\":";
+    std::fs::write(
+        dir.join("app.py"),
+        app.replacen("\n\nif __name__ == \"__main__\":", probe, 1),
+    )
+    .unwrap();
+    let out = lab(&[
+        "exercise",
+        "check",
+        "report-api",
+        dir.to_str().unwrap(),
+        "--only",
+        "replay",
+    ])
+    .env("TMPDIR", tmp.path())
+    .output()
+    .unwrap();
+    assert_code(&out, 0);
+    assert!(!stdout(&out).contains("ESCAPED"), "{}", stdout(&out));
 }

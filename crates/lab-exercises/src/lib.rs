@@ -133,7 +133,7 @@ pub async fn check(
                     ("HOST".to_string(), "127.0.0.1".to_string()),
                     (
                         "DATABASE_URL".to_string(),
-                        postgres.target.guest_url(&space.schema)?,
+                        guest_database_url(servers, &space).await?,
                     ),
                     ("LAB_RUN".to_string(), space.run_id.clone()),
                     // Python prints as it goes, so a program that never answers shows why.
@@ -164,7 +164,9 @@ pub async fn check(
                 ))
             }
             .await;
+            let schema = space.schema.clone();
             space.release(servers, false).await?;
+            drop_guest_role(servers, &schema).await;
             result
         }
         Subject::Target { url } => {
@@ -209,7 +211,6 @@ async fn check_worker(
                 .into(),
         ));
     };
-    let postgres = servers.postgres.as_ref().expect("checked by the caller");
     let space = RunSpace::create(servers, &[files::SCHEMA_TEXT]).await?;
     let result = async {
         let pool = space.pg.clone().expect("the run has PostgreSQL");
@@ -218,7 +219,7 @@ async fn check_worker(
         let build = guest::Guest::new(&dir, manifest.clone(), 0, options.guest_env.clone())?;
         build.build().await?;
         let yard = worker::Yard {
-            database_url: postgres.target.guest_url(&space.schema)?,
+            database_url: guest_database_url(servers, &space).await?,
             pool,
             schema: space.schema.clone(),
             run: space.run_id.clone(),
@@ -235,13 +236,56 @@ async fn check_worker(
         ))
     }
     .await;
+    let schema = space.schema.clone();
     space.release(servers, false).await?;
+    drop_guest_role(servers, &schema).await;
     result
 }
 
 /// Eight hex digits, fresh for every run, as a run space's id.
 fn uuid_like() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
+}
+
+/// The URL the learner's program connects with: the run's schema as its search path and, on a
+/// throwaway server, a role of the run's own that may use that schema and nothing else (no
+/// other schema, no new schema, no superuser). On a server the learner gave, the lab cannot
+/// count on making roles there: the program gets the given login, confined by its search path
+/// only.
+async fn guest_database_url(servers: &Servers, space: &RunSpace) -> Result<String, ExerciseError> {
+    let postgres = servers.postgres.as_ref().expect("checked by the caller");
+    let url = postgres.target.guest_url(&space.schema)?;
+    if postgres.origin != Origin::Throwaway {
+        return Ok(url);
+    }
+    let role = &space.schema;
+    // The schema's name is `lab_` and eight hex digits: nothing else reaches this SQL.
+    let sql = format!(
+        "CREATE ROLE {role} LOGIN;
+         GRANT USAGE ON SCHEMA {role} TO {role};
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {role} TO {role};
+         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {role} TO {role};"
+    );
+    sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute(&postgres.admin)
+        .await?;
+    let mut url = reqwest::Url::parse(&url)
+        .map_err(|e| ExerciseError::Target(format!("the run's URL: {e}")))?;
+    url.set_username(role)
+        .map_err(|()| ExerciseError::Target("the run's URL has no user".into()))?;
+    Ok(url.into())
+}
+
+/// Drops the run's guest role (after its schema: the grants went with the tables).
+async fn drop_guest_role(servers: &Servers, space_schema: &str) {
+    if let Some(postgres) = &servers.postgres
+        && postgres.origin == Origin::Throwaway
+    {
+        let sql = format!("DROP ROLE IF EXISTS {space_schema}");
+        let _ = sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&postgres.admin)
+            .await;
+    }
 }
 
 /// The trigger that tells the lab when a report is committed: PostgreSQL delivers a

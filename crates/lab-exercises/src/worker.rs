@@ -33,7 +33,7 @@ use crate::verdict::{CheckReport, Line, ReportRow, TaskRow, Verdict};
 pub static EXERCISE: Exercise = Exercise {
     name: "worker",
     lesson: 6,
-    langs: &["python"],
+    langs: &["python", "rust"],
     checks: &[
         CheckSpec::new("complete"),
         CheckSpec::new("crash-after-commit").restarts(),

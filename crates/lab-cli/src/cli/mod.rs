@@ -163,6 +163,8 @@ Examples:
                                             one check, in a folder of your own
   lab exercise check report-api --only burst --seed 7 --repeat 20
                                             replay a seeded check, and explore longer
+  lab exercise check report-api --only race --diagram
+                                            the failed schedule's calls drawn as lanes
   lab exercise check report-api --target http://127.0.0.1:8000 --database-url postgresql://localhost/mine
                                             a service already running (crash is skipped)
   lab exercise check report-api --format junit > report.xml
@@ -233,6 +235,10 @@ pub enum ExerciseCommand {
         /// How many times the exploring checks repeat (the bursts)
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeat: u32,
+        /// Under a check that did not pass, draw its calls as lanes (one per client, one for
+        /// the service)
+        #[arg(long)]
+        diagram: bool,
     },
     /// Check, then check again whenever a file of the exercise changes (h Enter: a hint, r
     /// Enter: re-check, q Enter: quit)

@@ -30,6 +30,8 @@ struct Words {
     texts: Texts,
     lang: Lang,
     color: bool,
+    /// Draw a failed check's calls as lanes (`--diagram`).
+    diagram: bool,
 }
 
 impl Words {
@@ -39,6 +41,7 @@ impl Words {
             texts,
             lang: options.lang,
             color: options.color,
+            diagram: false,
         })
     }
 
@@ -110,7 +113,7 @@ pub async fn exercise_command(
     command: &ExerciseCommand,
     junit: bool,
 ) -> Result<u8, Failure> {
-    let words = Words::new(&options)?;
+    let mut words = Words::new(&options)?;
     match command {
         ExerciseCommand::List => list(&words),
         ExerciseCommand::Start {
@@ -157,7 +160,9 @@ pub async fn exercise_command(
             only,
             seed,
             repeat,
+            diagram,
         } => {
+            words.diagram = *diagram;
             let exercise = exercise(name)?;
             known_checks(exercise, only)?;
             let subject = match target {
@@ -653,6 +658,86 @@ fn shown_key(words: &Words, key: &str) -> String {
     format!("\"{start}…\" {length}")
 }
 
+/// The calls of a schedule as lanes, one per caller and one for the service, time going down:
+/// `●──▶` a call, `◀──●` an answer, `◀┄┄✗` an answer that never arrived (as `lab run
+/// --diagram` draws a scenario).
+fn lanes(words: &Words, exercise: &Exercise, report: &CheckReport) -> Vec<String> {
+    const LANE: usize = 4;
+    let mut callers: Vec<&str> = Vec::new();
+    for line in &report.schedule {
+        if let Line::Call(call) = line
+            && !callers.contains(&call.who.as_str())
+        {
+            callers.push(&call.who);
+        }
+    }
+    if callers.is_empty() {
+        return Vec::new();
+    }
+    let service = callers.len();
+    let mut out = Vec::new();
+    let mut names: Vec<String> = callers
+        .iter()
+        .map(|who| words.of(exercise, &lab_exercises::verdict::who(who)))
+        .collect();
+    names.push(words.common("diagram.service"));
+    for (i, name) in names.iter().enumerate() {
+        out.push(format!("{}┌ {name}", "│   ".repeat(i)));
+    }
+    let blank = || -> Vec<char> {
+        (0..=service * LANE)
+            .map(|i| if i % LANE == 0 { '│' } else { ' ' })
+            .collect()
+    };
+    let mut step = 0;
+    for line in &report.schedule {
+        match line {
+            Line::Step(_) => {
+                step += 1;
+                out.push(format!("{}  {step}.", blank().iter().collect::<String>()));
+            }
+            Line::Call(call) => {
+                let at = callers.iter().position(|c| *c == call.who).unwrap_or(0);
+                let mut cells = blank();
+                cells[at * LANE] = '●';
+                for cell in &mut cells[at * LANE + 1..service * LANE - 1] {
+                    *cell = '─';
+                }
+                cells[service * LANE - 1] = '▶';
+                let key = call
+                    .key
+                    .as_deref()
+                    .map(|k| format!(" {}", shown_key(words, k)));
+                out.push(format!(
+                    "{}  POST /reports{}",
+                    cells.iter().collect::<String>(),
+                    key.unwrap_or_default()
+                ));
+                let mut cells = blank();
+                cells[at * LANE + 1] = '◀';
+                let (fill, end) = match call.status {
+                    Some(_) => ('─', '●'),
+                    None => ('┄', '✗'),
+                };
+                for cell in &mut cells[at * LANE + 2..service * LANE] {
+                    *cell = fill;
+                }
+                cells[service * LANE] = end;
+                let answer = call
+                    .status
+                    .map_or_else(|| call.answer.clone(), |s| s.to_string());
+                out.push(format!(
+                    "{}  {answer} ({})",
+                    cells.iter().collect::<String>(),
+                    outcome_word(words, call.outcome)
+                ));
+            }
+            Line::Rows { .. } | Line::Task(_) => {}
+        }
+    }
+    out
+}
+
 fn print_text(words: &Words, exercise: &Exercise, report: &CheckReport, replay_base: &str) {
     let title = words.of(exercise, &Msg::new(format!("check.{}.title", report.name)));
     // One column for the check names, as wide as the exercise's longest.
@@ -680,6 +765,11 @@ fn print_text(words: &Words, exercise: &Exercise, report: &CheckReport, replay_b
     }
     for line in schedule_lines(words, exercise, report) {
         say!("      {line}");
+    }
+    if words.diagram {
+        for line in lanes(words, exercise, report) {
+            say!("      {line}");
+        }
     }
     say!(
         "      {} {}",
@@ -858,14 +948,20 @@ async fn verify(
         }
     }
     let scratch = tempfile::tempdir().map_err(Failure::environment)?;
-    // A starter and its solution are one crate twice: one Cargo target folder builds the
-    // dependencies once (unless the environment names one already).
-    let shared_target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(_) => Vec::new(),
-        None => vec![(
+    // One Cargo target folder per side, shared by the exercises (their crates have different
+    // names), so the dependencies build once per side. Never one for a starter and its
+    // solution: they are one crate (one name, one version) in two folders, and Cargo, which
+    // hashes a workspace's own crate by its path inside the workspace, would take one's build
+    // for the other's.
+    let target_for = |side: &str| {
+        vec![(
             "CARGO_TARGET_DIR".to_string(),
-            scratch.path().join("cargo-target").display().to_string(),
-        )],
+            scratch
+                .path()
+                .join(format!("cargo-target-{side}"))
+                .display()
+                .to_string(),
+        )]
     };
     let mut runs = 0;
     let result = session
@@ -884,13 +980,26 @@ async fn verify(
                             std::os::unix::fs::symlink(&venv, dir.join(".venv")).map_err(Failure::environment)?;
                         }
                         let manifest = lab_exercises::Manifest::read(&dir).map_err(failure)?;
+                        // The manifest says what the project is.
+                        if manifest.exercise != exercise.name || manifest.lang != *lang {
+                            bad += 1;
+                            say!(
+                                "  {}",
+                                words.common(
+                                    Msg::new("verify.manifest")
+                                        .arg("exercise", exercise.name)
+                                        .arg("lang", *lang)
+                                        .arg("side", side)
+                                )
+                            );
+                        }
                         for seed in 1..=u64::from(seeds) {
                             runs += 1;
                             let options = CheckOptions {
                                 only: Vec::new(),
                                 seed,
                                 repeat: 3,
-                                guest_env: shared_target.clone(),
+                                guest_env: target_for(side),
                             };
                             let subject = Subject::Program {
                                 dir: dir.clone(),
