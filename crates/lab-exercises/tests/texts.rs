@@ -111,3 +111,58 @@ fn keys_have_texts(texts: &lab_core::Texts, scope: &str, source: &str) {
         }
     }
 }
+
+/// The Russian texts speak as the lessons' labs do: «ты», and the lab is «практикум»; none of
+/// the calques the scenarios' glossary test forbids.
+#[test]
+fn the_russian_texts_keep_the_courses_voice() {
+    const FORBIDDEN: &[&str] = &[
+        "лаборатор",
+        "невалидн",
+        "удаление дублей",
+        "таймаут видимости",
+        "в полёте",
+    ];
+    const YOU_PLURAL: &[&str] = &[
+        "вы",
+        "вас",
+        "вам",
+        "ваш",
+        "ваша",
+        "ваше",
+        "ваши",
+        "вашу",
+        "ваших",
+    ];
+    let texts = lab_exercises::texts().unwrap();
+    let mut sources: Vec<(String, String)> = Vec::new();
+    let mut scopes = vec![lab_exercises::COMMON];
+    scopes.extend(lab_exercises::EXERCISES.iter().map(|e| e.name));
+    for scope in scopes {
+        for key in texts.keys(scope, Lang::Ru) {
+            sources.push((
+                format!("{scope}.{key}"),
+                texts.get(scope, Lang::Ru, key).unwrap().to_string(),
+            ));
+        }
+    }
+    for exercise in lab_exercises::EXERCISES {
+        let path = format!("{}/common/README.ru.md", exercise.name);
+        sources.push((
+            path.clone(),
+            lab_exercises::files::text(&path).unwrap().to_string(),
+        ));
+    }
+    for (name, text) in sources {
+        let lower = text.to_lowercase();
+        for phrase in FORBIDDEN {
+            assert!(!lower.contains(phrase), "{name}: «{phrase}»");
+        }
+        for word in lower.split(|c: char| !c.is_alphabetic()) {
+            assert!(
+                !YOU_PLURAL.contains(&word),
+                "{name}: «{word}» (the learner is «ты»)"
+            );
+        }
+    }
+}
