@@ -246,6 +246,28 @@ fn answering_program(dir: &Path) {
     );
 }
 
+/// Starts `lab` with `args` (TMPDIR `tmp`) and returns once the program it starts in `dir` runs
+/// (its command line names `program`; the lab's own names the folder too).
+fn lab_with_program_up(
+    args: &[&str],
+    tmp: &Path,
+    dir: &Path,
+    program: &str,
+) -> std::process::Child {
+    let child = lab(args)
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !processes_in(dir).iter().any(|p| p.contains(program)) {
+        assert!(Instant::now() < deadline, "the program never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
 #[test]
 fn a_check_can_fail_and_say_how_in_json_and_junit() {
     let tmp = shared_tempdir();
@@ -317,38 +339,22 @@ fn ctrl_c_in_the_middle_of_a_check_leaves_nothing_running() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("ex");
     answering_program(&dir);
-    let mut child = lab(&[
+    let args = [
         "exercise",
         "check",
         "report-api",
         dir.to_str().unwrap(),
         "--only",
         "crash",
-    ])
-    .env("TMPDIR", tmp.path())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    ];
     // The program is up (the lab is waiting for a commit that never comes): interrupt now.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    // (The lab's own command line names the folder too: look for the program itself.)
-    while !processes_in(&dir).iter().any(|p| p.contains("http.server")) {
-        assert!(Instant::now() < deadline, "the program never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = lab_with_program_up(&args, tmp.path(), &dir, "http.server");
     common::interrupt(&child);
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
-    let mut err = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .for_each(|l| err.push_str(&l));
+    assert_eq!(child.wait().unwrap().code(), Some(130));
     assert_eq!(
         processes_in(&dir),
         Vec::<String>::new(),
-        "the program is gone ({err})"
+        "the program is gone"
     );
     lab_testkit::assert_nothing_left(tmp.path(), "after Ctrl-C");
 }
@@ -599,24 +605,15 @@ fn after_a_sigkill_the_next_lab_ends_what_the_program_left() {
         ],
         "",
     );
-    let mut child = lab(&[
+    let args = [
         "exercise",
         "check",
         "report-api",
         dir.to_str().unwrap(),
         "--only",
         "crash",
-    ])
-    .env("TMPDIR", tmp.path())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !processes_in(&dir).iter().any(|p| p.contains("http.server")) {
-        assert!(Instant::now() < deadline, "the program never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    ];
+    let mut child = lab_with_program_up(&args, tmp.path(), &dir, "http.server");
     common::signal(&child, nix::sys::signal::Signal::SIGKILL);
     child.wait().unwrap();
     // The leader dies with `lab`; its child lives on until the next `lab` starts.
@@ -805,24 +802,15 @@ fn sigterm_in_the_middle_of_a_check_leaves_nothing_running() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("ex");
     answering_program(&dir);
-    let mut child = lab(&[
+    let args = [
         "exercise",
         "check",
         "report-api",
         dir.to_str().unwrap(),
         "--only",
         "crash",
-    ])
-    .env("TMPDIR", tmp.path())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !processes_in(&dir).iter().any(|p| p.contains("http.server")) {
-        assert!(Instant::now() < deadline, "the program never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    ];
+    let mut child = lab_with_program_up(&args, tmp.path(), &dir, "http.server");
     common::signal(&child, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(child.wait().unwrap().code(), Some(143));
     assert_eq!(

@@ -72,3 +72,20 @@ pub fn write_project(sources: &[String], dir: &Path) -> Result<Vec<String>, Exer
     written.dedup();
     Ok(written)
 }
+
+/// Writes `side` (`starter` or `solution`) of `exercise` in `lang` into `dir`: the exercise's
+/// common files (its READMEs), the side's own, and `schema.sql`.
+pub fn write_side(
+    exercise: &str,
+    lang: &str,
+    side: &str,
+    dir: &Path,
+) -> Result<Vec<String>, ExerciseError> {
+    write_project(
+        &[
+            format!("{exercise}/common"),
+            format!("{exercise}/{lang}/{side}"),
+        ],
+        dir,
+    )
+}

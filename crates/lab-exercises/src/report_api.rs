@@ -175,22 +175,8 @@ async fn replay(a: &mut Arena) -> Checked {
     let task = a.task(1);
     let key = a.key(task);
     a.step(Msg::new("step.replay"));
-    let first = a
-        .send(a.call(
-            "client",
-            Via::Direct,
-            Some(&key),
-            report_body(task, "monthly"),
-        ))
-        .await;
-    let second = a
-        .send(a.call(
-            "client",
-            Via::Direct,
-            Some(&key),
-            report_body(task, "monthly"),
-        ))
-        .await;
+    let first = send_monthly(a, Via::Direct, Some(&key), task).await;
+    let second = send_monthly(a, Via::Direct, Some(&key), task).await;
     let rows = a.rows(task).await?;
     if let Some(v) = server_error(&[&first, &second]) {
         return Ok(v);
@@ -205,12 +191,8 @@ async fn replay(a: &mut Arena) -> Checked {
 async fn no_key(a: &mut Arena) -> Checked {
     let task = a.task(2);
     a.step(Msg::new("step.no_key"));
-    let first = a
-        .send(a.call("client", Via::Direct, None, report_body(task, "monthly")))
-        .await;
-    let second = a
-        .send(a.call("client", Via::Direct, None, report_body(task, "monthly")))
-        .await;
+    let first = send_monthly(a, Via::Direct, None, task).await;
+    let second = send_monthly(a, Via::Direct, None, task).await;
     let rows = a.rows(task).await?;
     if let Some(v) = server_error(&[&first, &second]) {
         return Ok(v);
@@ -231,14 +213,7 @@ async fn conflict(a: &mut Arena) -> Checked {
     let task = a.task(3);
     let key = a.key(task);
     a.step(Msg::new("step.conflict"));
-    let first = a
-        .send(a.call(
-            "client",
-            Via::Direct,
-            Some(&key),
-            report_body(task, "monthly"),
-        ))
-        .await;
+    let first = send_monthly(a, Via::Direct, Some(&key), task).await;
     let other = a
         .send(a.call(
             "client",
@@ -300,6 +275,25 @@ async fn invalid_key(a: &mut Arena) -> Checked {
     })())
 }
 
+/// The lesson's request for `task`, sent by the client `via` a way, with `key`.
+async fn send_monthly(a: &mut Arena, via: Via, key: Option<&str>, task: i64) -> Exchange {
+    a.send(a.call("client", via, key, report_body(task, "monthly")))
+        .await
+}
+
+/// After a first call whose answer never came: the retry with the same key and content must
+/// find the one report.
+async fn retry_finds_the_report(a: &mut Arena, task: i64, key: &str) -> Checked {
+    a.rows(task).await?;
+    a.step(Msg::new("step.retry"));
+    let retry = send_monthly(a, Via::Direct, Some(key), task).await;
+    let rows = a.rows(task).await?;
+    if let Some(v) = server_error(&[&retry]) {
+        return Ok(v);
+    }
+    verdict((|| replays(&retry, one_report(&rows, task)?))())
+}
+
 /// Waits for an armed fault to have fired; an unknown when it never did.
 async fn fired(armed: &faultproxy::ArmedFault) -> bool {
     tokio::time::timeout(STAGING_LIMIT, armed.fired())
@@ -312,33 +306,12 @@ async fn lost_answer(a: &mut Arena) -> Checked {
     let key = a.key(task);
     a.step(Msg::new("step.lost_armed"));
     let armed = a.proxy.arm(Fault::ResponseLostAfterCommit, 1);
-    let first = a
-        .send(a.call(
-            "client",
-            Via::Proxy,
-            Some(&key),
-            report_body(task, "monthly"),
-        ))
-        .await;
+    let first = send_monthly(a, Via::Proxy, Some(&key), task).await;
     if !fired(&armed).await || first.outcome != Outcome::Unknown {
         a.proxy.disarm_all_faults();
         return Ok(Verdict::Unknown(Msg::new("unknown.fault_not_fired")));
     }
-    a.rows(task).await?;
-    a.step(Msg::new("step.retry"));
-    let retry = a
-        .send(a.call(
-            "client",
-            Via::Direct,
-            Some(&key),
-            report_body(task, "monthly"),
-        ))
-        .await;
-    let rows = a.rows(task).await?;
-    if let Some(v) = server_error(&[&retry]) {
-        return Ok(v);
-    }
-    verdict((|| replays(&retry, one_report(&rows, task)?))())
+    retry_finds_the_report(a, task, &key).await
 }
 
 async fn timeout(a: &mut Arena) -> Checked {
@@ -359,26 +332,12 @@ async fn timeout(a: &mut Arena) -> Checked {
     call.timeout = CLIENT_TIMEOUT;
     let first = a.send(call).await;
     // The service answered (the proxy holds that answer): its work is over, so the retry
-    // below meets a finished first request, as in the lesson.
+    // meets a finished first request, as in the lesson.
     if !fired(&armed).await || first.outcome != Outcome::Unknown {
         a.proxy.disarm_all_faults();
         return Ok(Verdict::Unknown(Msg::new("unknown.not_held")));
     }
-    a.rows(task).await?;
-    a.step(Msg::new("step.retry"));
-    let retry = a
-        .send(a.call(
-            "client",
-            Via::Direct,
-            Some(&key),
-            report_body(task, "monthly"),
-        ))
-        .await;
-    let rows = a.rows(task).await?;
-    if let Some(v) = server_error(&[&retry]) {
-        return Ok(v);
-    }
-    verdict((|| replays(&retry, one_report(&rows, task)?))())
+    retry_finds_the_report(a, task, &key).await
 }
 
 /// How many backends wait for the transaction `xid` (a lock not granted).
@@ -592,26 +551,12 @@ async fn crash(a: &mut Arena) -> Checked {
     a.schedule.push(crate::verdict::Line::Call(first));
     fired(&armed).await;
     a.proxy.disarm_all_faults();
-    a.rows(task).await?;
     a.step(Msg::new("step.restart"));
     let restarted = a.guest.as_mut().expect("checked above").start().await?;
     if restarted.is_err() {
         return Ok(Verdict::Unknown(Msg::new("unknown.no_restart")));
     }
-    a.step(Msg::new("step.retry"));
-    let retry = a
-        .send(a.call(
-            "client",
-            Via::Direct,
-            Some(&key),
-            report_body(task, "monthly"),
-        ))
-        .await;
-    let rows = a.rows(task).await?;
-    if let Some(v) = server_error(&[&retry]) {
-        return Ok(v);
-    }
-    verdict((|| replays(&retry, one_report(&rows, task)?))())
+    retry_finds_the_report(a, task, &key).await
 }
 
 /// The hostile sample: what a careless or malicious client sends. (label, content type,

@@ -49,17 +49,9 @@ pub fn who(raw: &str) -> Msg {
     }
 }
 
-/// How a call ended, as the caller sees it: the three outcomes of the lessons.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// A 2xx: the work is done.
-    Ok,
-    /// An answer that says the work was not done (4xx, 5xx).
-    Fail,
-    /// No answer: a timeout, a connection cut. The work may or may not have been done.
-    Unknown,
-}
+/// How a call ended, as the caller sees it: the lessons' three outcomes (ok, fail, unknown),
+/// the same type the scenarios' narratives use.
+pub use lab_core::event::Outcome;
 
 /// One call as the lab made it and what came back.
 #[derive(Debug, Clone, Serialize)]

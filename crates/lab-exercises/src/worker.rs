@@ -107,6 +107,14 @@ impl Yard {
         Ok(ended.ok().flatten())
     }
 
+    /// Lets `who`'s held call go on, and waits for `who` to finish.
+    async fn let_go(&mut self, who: &str, mut worker: Guest, hold: lab_core::checkpoint::Hold) {
+        hold.release();
+        let ended = worker.finish(WORKER_LIMIT).await;
+        self.workers.push((who.to_string(), worker));
+        self.told_exit(who, ended);
+    }
+
     fn told_exit(&mut self, who: &str, ended: Result<Option<i32>, ()>) {
         let msg = match ended {
             Ok(Some(code)) => Msg::new("step.exited").arg("code", i64::from(code)),
@@ -375,7 +383,7 @@ async fn stale_completion(y: &mut Yard) -> Checked {
             .arg("who", "B")
             .arg("task", task),
     );
-    let (mut b, held_b) = match held_at(y, "B", task, reports::COMMITTED).await? {
+    let (b, held_b) = match held_at(y, "B", task, reports::COMMITTED).await? {
         Reached::Held(worker, hold) => (*worker, hold),
         Reached::Not(verdict) => {
             a.kill().await;
@@ -385,16 +393,10 @@ async fn stale_completion(y: &mut Yard) -> Checked {
     };
     y.task_row(task).await?;
     y.step(Msg::new("step.release").arg("who", "A"));
-    held_a.release();
-    let ended = a.finish(WORKER_LIMIT).await;
-    y.workers.push(("A".into(), a));
-    y.told_exit("A", ended);
+    y.let_go("A", a, held_a).await;
     let after_a = y.task_row(task).await?;
     y.step(Msg::new("step.release").arg("who", "B"));
-    held_b.release();
-    let ended = b.finish(WORKER_LIMIT).await;
-    y.workers.push(("B".into(), b));
-    y.told_exit("B", ended);
+    y.let_go("B", b, held_b).await;
     let rows = y.reports(task).await?;
     let row = y.task_row(task).await?;
     // A's attempt no longer held the task: whatever it wrote is the stale write.
@@ -418,16 +420,13 @@ async fn expired_lease(y: &mut Yard) -> Checked {
             .arg("who", "A")
             .arg("task", task),
     );
-    let (mut a, hold) = match held_at(y, "A", task, reports::BEFORE_INSERT).await? {
+    let (a, hold) = match held_at(y, "A", task, reports::BEFORE_INSERT).await? {
         Reached::Held(worker, hold) => (*worker, hold),
         Reached::Not(verdict) => return Ok(verdict),
     };
     y.end_lease(task).await?;
     y.step(Msg::new("step.release").arg("who", "A"));
-    hold.release();
-    let ended = a.finish(WORKER_LIMIT).await;
-    y.workers.push(("A".into(), a));
-    y.told_exit("A", ended);
+    y.let_go("A", a, hold).await;
     let rows = y.reports(task).await?;
     let row = y.task_row(task).await?;
     if strict {
@@ -457,16 +456,13 @@ async fn no_open_transaction(y: &mut Yard) -> Checked {
             .arg("who", "A")
             .arg("task", task),
     );
-    let (mut a, hold) = match held_at(y, "A", task, reports::BEFORE_INSERT).await? {
+    let (a, hold) = match held_at(y, "A", task, reports::BEFORE_INSERT).await? {
         Reached::Held(worker, hold) => (*worker, hold),
         Reached::Not(verdict) => return Ok(verdict),
     };
     let open = y.open_transactions().await?;
     y.step(Msg::new("step.open_transactions").arg("count", open));
-    hold.release();
-    let ended = a.finish(WORKER_LIMIT).await;
-    y.workers.push(("A".into(), a));
-    y.told_exit("A", ended);
+    y.let_go("A", a, hold).await;
     if open > 0 {
         return Ok(Verdict::Fail(fail("open_transaction").arg("count", open)));
     }

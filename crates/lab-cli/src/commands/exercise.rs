@@ -120,13 +120,8 @@ pub async fn exercise_command(
             name,
             dir,
             language: lang,
-        } => {
-            let exercise = exercise(name)?;
-            check_lang(exercise, lang)?;
-            let dir = dir.clone().unwrap_or_else(|| default_dir(name));
-            start(&words, exercise, lang, &dir)
         }
-        ExerciseCommand::Solution {
+        | ExerciseCommand::Solution {
             name,
             dir,
             language: lang,
@@ -134,7 +129,11 @@ pub async fn exercise_command(
             let exercise = exercise(name)?;
             check_lang(exercise, lang)?;
             let dir = dir.clone().unwrap_or_else(|| default_dir(name));
-            solution(&words, exercise, lang, &dir)
+            if matches!(command, ExerciseCommand::Start { .. }) {
+                start(&words, exercise, lang, &dir)
+            } else {
+                solution(&words, exercise, lang, &dir)
+            }
         }
         ExerciseCommand::Hint { name, level } => {
             let exercise = exercise(name)?;
@@ -283,11 +282,8 @@ fn list(words: &Words) -> Result<u8, Failure> {
 }
 
 fn start(words: &Words, exercise: &Exercise, lang: &str, dir: &Path) -> Result<u8, Failure> {
-    let sources = [
-        format!("{}/common", exercise.name),
-        format!("{}/{lang}/starter", exercise.name),
-    ];
-    let written = lab_exercises::files::write_project(&sources, dir).map_err(failure)?;
+    let written =
+        lab_exercises::files::write_side(exercise.name, lang, "starter", dir).map_err(failure)?;
     let shown = dir.display().to_string();
     say!(
         "{}",
@@ -322,11 +318,7 @@ fn solution(words: &Words, exercise: &Exercise, lang: &str, dir: &Path) -> Resul
     let mut beside = dir.as_os_str().to_owned();
     beside.push("-solution");
     let beside = PathBuf::from(beside);
-    let sources = [
-        format!("{}/common", exercise.name),
-        format!("{}/{lang}/solution", exercise.name),
-    ];
-    lab_exercises::files::write_project(&sources, &beside).map_err(failure)?;
+    lab_exercises::files::write_side(exercise.name, lang, "solution", &beside).map_err(failure)?;
     say!(
         "{}",
         words.common(Msg::new("solution.written").arg("dir", beside.display().to_string()))
@@ -557,12 +549,7 @@ fn replay_line(report: &CheckReport, base: &str) -> String {
 }
 
 fn outcome_word(words: &Words, outcome: lab_exercises::Outcome) -> String {
-    let key = match outcome {
-        lab_exercises::Outcome::Ok => "outcome.ok",
-        lab_exercises::Outcome::Fail => "outcome.fail",
-        lab_exercises::Outcome::Unknown => "outcome.unknown",
-    };
-    words.common(key)
+    words.common(Msg::new(format!("outcome.{}", outcome.word())))
 }
 
 /// The schedule of a check, as lines of text.
@@ -926,145 +913,44 @@ async fn verify(
         words.common(Msg::new("verify.heading").arg("seeds", i64::from(seeds)))
     );
     let mut bad = 0;
-    // Each README names every check.
     for exercise in exercises {
-        for file in ["README.md", "README.ru.md"] {
-            let path = format!("{}/common/{file}", exercise.name);
-            let text = lab_exercises::files::text(&path).unwrap_or_default();
-            for check in exercise.checks {
-                if !text.contains(&format!("`{}`", check.name)) {
-                    bad += 1;
-                    say!(
-                        "  {}",
-                        words.common(
-                            Msg::new("verify.docs")
-                                .arg("exercise", exercise.name)
-                                .arg("file", file)
-                                .arg("check", check.name)
-                        )
-                    );
-                }
-            }
-        }
+        bad += readme_disagreements(words, exercise);
     }
     let scratch = tempfile::tempdir().map_err(Failure::environment)?;
-    // One Cargo target folder per side, shared by the exercises (their crates have different
-    // names), so the dependencies build once per side. Never one for a starter and its
-    // solution: they are one crate (one name, one version) in two folders, and Cargo, which
-    // hashes a workspace's own crate by its path inside the workspace, would take one's build
-    // for the other's.
-    let target_for = |side: &str| {
-        vec![(
-            "CARGO_TARGET_DIR".to_string(),
-            scratch
-                .path()
-                .join(format!("cargo-target-{side}"))
-                .display()
-                .to_string(),
-        )]
-    };
     let mut runs = 0;
-    let result = session
+    session
         .run_with_servers(Needs::POSTGRES, async |servers| {
             for exercise in exercises {
                 for lang in exercise.langs {
                     for side in ["starter", "solution"] {
-                        let dir = scratch.path().join(format!("{}-{lang}-{side}", exercise.name));
-                        let sources = [format!("{}/common", exercise.name), format!("{}/{lang}/{side}", exercise.name)];
-                        lab_exercises::files::write_project(&sources, &dir).map_err(failure)?;
-                        if *lang == "python" {
-                            let venv = python_venv.ok_or_else(|| {
-                                Failure::usage("verify needs --python-venv DIR: a venv with the Python exercises' requirements")
-                            })?;
-                            let venv = std::path::absolute(venv).map_err(Failure::environment)?;
-                            std::os::unix::fs::symlink(&venv, dir.join(".venv")).map_err(Failure::environment)?;
-                        }
-                        let manifest = lab_exercises::Manifest::read(&dir).map_err(failure)?;
-                        // The manifest says what the project is.
-                        if manifest.exercise != exercise.name || manifest.lang != *lang {
-                            bad += 1;
-                            say!(
-                                "  {}",
-                                words.common(
-                                    Msg::new("verify.manifest")
-                                        .arg("exercise", exercise.name)
-                                        .arg("lang", *lang)
-                                        .arg("side", side)
-                                )
-                            );
-                        }
-                        for seed in 1..=u64::from(seeds) {
-                            runs += 1;
-                            let options = CheckOptions {
-                                only: Vec::new(),
-                                seed,
-                                repeat: 3,
-                                guest_env: target_for(side),
-                            };
-                            let subject = Subject::Program {
-                                dir: dir.clone(),
-                                manifest: manifest.clone(),
-                            };
-                            let checked = lab_exercises::check(exercise, subject, servers, &options, &mut |_| {})
-                                .await
-                                .map_err(failure)?;
-                            let reports = match checked {
-                                Checked::Reports(reports) => reports,
-                                Checked::NotReady(not_ready) => {
-                                    print_not_ready(words, &not_ready);
-                                    return Err(Failure::environment(anyhow::anyhow!(
-                                        "{} ({lang}, {side}) never answered",
-                                        exercise.name
-                                    )));
-                                }
-                            };
-                            let mut as_expected = true;
-                            for report in &reports {
-                                let want = expected(exercise, side, report.name);
-                                if report.verdict.word() != want {
-                                    as_expected = false;
-                                    bad += 1;
-                                    say!(
-                                        "  {}",
-                                        words.common(
-                                            Msg::new("verify.bad")
-                                                .arg("exercise", exercise.name)
-                                                .arg("lang", *lang)
-                                                .arg("side", side)
-                                                .arg("seed", seed as i64)
-                                                .arg("check", report.name)
-                                                .arg("got", report.verdict.word())
-                                                .arg("expected", want)
-                                        )
-                                    );
-                                    if let Some(reason) = report.verdict.reason() {
-                                        say!("      {}", words.of(exercise, reason));
-                                    }
-                                    for line in schedule_lines(words, exercise, report) {
-                                        say!("      {line}");
-                                    }
-                                }
-                            }
-                            if as_expected {
-                                say!(
-                                    "  {}",
-                                    words.common(
-                                        Msg::new("verify.ok")
-                                            .arg("exercise", exercise.name)
-                                            .arg("lang", *lang)
-                                            .arg("side", side)
-                                            .arg("seed", seed as i64)
-                                    )
-                                );
-                            }
-                        }
+                        let project = Project {
+                            exercise,
+                            lang,
+                            side,
+                            dir: scratch
+                                .path()
+                                .join(format!("{}-{lang}-{side}", exercise.name)),
+                        };
+                        // One Cargo target folder per side, shared by the exercises (their
+                        // crates have different names), so the dependencies build once per
+                        // side. Never one for a starter and its solution: they are one crate
+                        // (one name, one version) in two folders, and Cargo, which hashes a
+                        // workspace's own crate by its path inside the workspace, would take
+                        // one's build for the other's.
+                        let target = scratch.path().join(format!("cargo-target-{side}"));
+                        let env =
+                            vec![("CARGO_TARGET_DIR".to_string(), target.display().to_string())];
+                        let (disagreements, checked) =
+                            verify_project(servers, words, &project, seeds, python_venv, env)
+                                .await?;
+                        bad += disagreements;
+                        runs += checked;
                     }
                 }
             }
             Ok(())
         })
-        .await;
-    result?;
+        .await?;
     say!(
         "{}",
         words.common(
@@ -1074,4 +960,130 @@ async fn verify(
         )
     );
     Ok(if bad == 0 { exit::OK } else { exit::DRIFT })
+}
+
+/// The checks an exercise's READMEs do not name (each one is a disagreement, said).
+fn readme_disagreements(words: &Words, exercise: &Exercise) -> usize {
+    let mut bad = 0;
+    for file in ["README.md", "README.ru.md"] {
+        let path = format!("{}/common/{file}", exercise.name);
+        let text = lab_exercises::files::text(&path).unwrap_or_default();
+        for check in exercise.checks {
+            if !text.contains(&format!("`{}`", check.name)) {
+                bad += 1;
+                say!(
+                    "  {}",
+                    words.common(
+                        Msg::new("verify.docs")
+                            .arg("exercise", exercise.name)
+                            .arg("file", file)
+                            .arg("check", check.name)
+                    )
+                );
+            }
+        }
+    }
+    bad
+}
+
+/// One side of one exercise in one language, written out for `verify`.
+struct Project<'a> {
+    exercise: &'static Exercise,
+    lang: &'a str,
+    side: &'a str,
+    dir: PathBuf,
+}
+
+/// Writes `project` out and checks it with seeds 1..=`seeds`: how many verdicts disagreed with
+/// what its side must do, and how many check runs there were.
+async fn verify_project(
+    servers: &lab_infra::Servers,
+    words: &Words,
+    project: &Project<'_>,
+    seeds: u32,
+    python_venv: Option<&Path>,
+    guest_env: Vec<(String, String)>,
+) -> Result<(usize, usize), Failure> {
+    let Project {
+        exercise,
+        lang,
+        side,
+        dir,
+    } = project;
+    lab_exercises::files::write_side(exercise.name, lang, side, dir).map_err(failure)?;
+    if *lang == "python" {
+        let venv = python_venv.ok_or_else(|| {
+            Failure::usage(
+                "verify needs --python-venv DIR: a venv with the Python exercises' requirements",
+            )
+        })?;
+        let venv = std::path::absolute(venv).map_err(Failure::environment)?;
+        std::os::unix::fs::symlink(&venv, dir.join(".venv")).map_err(Failure::environment)?;
+    }
+    let manifest = lab_exercises::Manifest::read(dir).map_err(failure)?;
+    let said = |key: &str| {
+        Msg::new(key.to_string())
+            .arg("exercise", exercise.name)
+            .arg("lang", *lang)
+            .arg("side", *side)
+    };
+    let mut bad = 0;
+    // The manifest says what the project is.
+    if manifest.exercise != exercise.name || manifest.lang != *lang {
+        bad += 1;
+        say!("  {}", words.common(said("verify.manifest")));
+    }
+    for seed in 1..=u64::from(seeds) {
+        let options = CheckOptions {
+            only: Vec::new(),
+            seed,
+            repeat: 3,
+            guest_env: guest_env.clone(),
+        };
+        let subject = Subject::Program {
+            dir: dir.clone(),
+            manifest: manifest.clone(),
+        };
+        let checked = lab_exercises::check(exercise, subject, servers, &options, &mut |_| {})
+            .await
+            .map_err(failure)?;
+        let reports = match checked {
+            Checked::Reports(reports) => reports,
+            Checked::NotReady(not_ready) => {
+                print_not_ready(words, &not_ready);
+                return Err(Failure::environment(anyhow::anyhow!(
+                    "{} ({lang}, {side}) never answered",
+                    exercise.name
+                )));
+            }
+        };
+        let mut as_expected = true;
+        for report in &reports {
+            let want = expected(exercise, side, report.name);
+            if report.verdict.word() == want {
+                continue;
+            }
+            as_expected = false;
+            bad += 1;
+            let msg = said("verify.bad")
+                .arg("seed", seed as i64)
+                .arg("check", report.name)
+                .arg("got", report.verdict.word())
+                .arg("expected", want);
+            say!("  {}", words.common(msg));
+            if let Some(reason) = report.verdict.reason() {
+                say!("      {}", words.of(exercise, reason));
+            }
+            for line in schedule_lines(words, exercise, report) {
+                say!("      {line}");
+            }
+        }
+        if as_expected {
+            say!(
+                "  {}",
+                words.common(said("verify.ok").arg("seed", seed as i64))
+            );
+        }
+    }
+    Ok((bad, seeds as usize))
 }
