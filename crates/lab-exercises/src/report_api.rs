@@ -72,7 +72,7 @@ const CLIENT_TIMEOUT: Duration = Duration::from_millis(150);
 /// How long the lab waits for a moment it stages (a fault to fire, two requests to reach the
 /// database, a commit): far longer than a working service needs, so reaching it is the only
 /// way on, and missing it is an unknown, never a pass.
-const STAGING_LIMIT: Duration = Duration::from_secs(10);
+const STAGING_LIMIT: Duration = Duration::from_secs(30);
 /// How often `pg_locks` is read while the race's requests gather.
 const LOCK_POLL: Duration = Duration::from_millis(10);
 /// Concurrent requests per burst, and the spread of their starts.
@@ -542,7 +542,9 @@ async fn crash(a: &mut Arena) -> Checked {
     if !committed {
         first.abort();
         a.proxy.disarm_all_faults();
-        return Ok(Verdict::Unknown(Msg::new("unknown.no_commit")));
+        return Ok(Verdict::Unknown(
+            Msg::new("unknown.no_commit").arg("seconds", STAGING_LIMIT.as_secs() as i64),
+        ));
     }
     // Right after the COMMIT: whatever the service meant to do next (answer, remember the key
     // in memory) does not happen. Its answer, if it had begun one, is dropped by the proxy.

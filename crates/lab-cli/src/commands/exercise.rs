@@ -490,8 +490,8 @@ async fn watch(
                     manifest: manifest.clone(),
                 };
                 check_once(servers, words, exercise, subject, options, Output::Text).await?;
-                // What the run itself wrote (bytecode, a build) is not a change of the learner's.
-                while changes.try_recv().is_ok() {}
+                // What a run writes itself (bytecode, a build, the state file) is filtered out by
+                // `learners_change`; a save that came during the run is kept, and checks again.
                 crate::output::drained().await;
                 eprintln!(
                     "{}",
