@@ -175,7 +175,7 @@ pub async fn check(
                     "--target needs --database-url: the database the service writes to, where the lab reads its reports".into(),
                 ));
             }
-            let run = uuid_like();
+            let run = lab_infra::space::new_run_id();
             // Far from any task id already in the service's table.
             let task_base = 1_000_000_000
                 + i64::from(u32::from_str_radix(&run, 16).unwrap_or(0) % 1_000_000) * 1000;
@@ -240,11 +240,6 @@ async fn check_worker(
     space.release(servers, false).await?;
     drop_guest_role(servers, &schema).await;
     result
-}
-
-/// Eight hex digits, fresh for every run, as a run space's id.
-fn uuid_like() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
 }
 
 /// The URL the learner's program connects with: the run's schema as its search path and, on a

@@ -145,20 +145,26 @@ fn shown_status(call: &Exchange) -> String {
     }
 }
 
+/// An answer that names `row`'s report, else the verdict that says which it named.
+fn names_the_report(call: &Exchange, row: &ReportRow) -> Result<(), Verdict> {
+    if call.report_id == Some(row.id) {
+        return Ok(());
+    }
+    Err(Verdict::Fail(
+        fail("other_id")
+            .arg("who", who(&call.who))
+            .arg(
+                "got",
+                call.report_id.map_or("-".to_string(), |id| id.to_string()),
+            )
+            .arg("id", row.id),
+    ))
+}
+
 /// A replay that names the stored report: 200, `replayed: true`, and the row's id.
 fn replays(call: &Exchange, row: &ReportRow) -> Result<(), Verdict> {
     status_is(call, 200)?;
-    if call.report_id != Some(row.id) {
-        return Err(Verdict::Fail(
-            fail("other_id")
-                .arg("who", who(&call.who))
-                .arg(
-                    "got",
-                    call.report_id.map_or("-".to_string(), |id| id.to_string()),
-                )
-                .arg("id", row.id),
-        ));
-    }
+    names_the_report(call, row)?;
     if call.replayed != Some(true) {
         return Err(Verdict::Fail(
             fail("not_replayed").arg("who", who(&call.who)),
@@ -378,17 +384,7 @@ fn judge_race(calls: &[Exchange], rows: &[ReportRow], task: i64) -> Result<(), V
         replays(call, row)?;
     }
     for call in calls.iter().filter(|c| c.status == Some(201)) {
-        if call.report_id != Some(row.id) {
-            return Err(Verdict::Fail(
-                fail("other_id")
-                    .arg("who", who(&call.who))
-                    .arg(
-                        "got",
-                        call.report_id.map_or("-".to_string(), |id| id.to_string()),
-                    )
-                    .arg("id", row.id),
-            ));
-        }
+        names_the_report(call, row)?;
     }
     Ok(())
 }

@@ -61,12 +61,7 @@ fn recorded_group(dir: &Path) -> Vec<Pid> {
         .flatten()
         .filter_map(|entry| {
             let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = fs::read_to_string(entry.path().join("stat")).ok()?;
-            let pgrp: i32 = stat[stat.rfind(')')? + 1..]
-                .split_whitespace()
-                .nth(2)?
-                .parse()
-                .ok()?;
+            let pgrp = crate::process::stat_of(&entry.path())?.pgrp;
             let cwd = fs::read_link(entry.path().join("cwd")).ok()?;
             (pgrp == pgid && cwd.starts_with(workdir)).then_some(Pid::from_raw(pid))
         })
@@ -121,16 +116,7 @@ fn processes_in(dir: &Path) -> Vec<Pid> {
 
 /// True while `pid` runs (a zombie, killed and waiting for its parent, does not).
 fn still_runs(pid: Pid) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat[stat.rfind(')')? + 1..]
-                .split_whitespace()
-                .next()?
-                .to_string();
-            Some(state != "Z" && state != "X")
-        })
-        .unwrap_or(false)
+    crate::process::stat_of(Path::new(&format!("/proc/{pid}"))).is_some_and(|stat| stat.runs())
 }
 
 /// Our throwaway directories in `tmp` whose owner is gone.

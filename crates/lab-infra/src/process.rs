@@ -296,19 +296,33 @@ fn group_runs(pgid: Pid) -> bool {
         return false;
     };
     entries.flatten().any(|entry| {
-        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
-            return false;
-        };
-        // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so the fields
-        // are counted from the last ')'.
-        let Some((_, fields)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut fields = fields.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
-        pgrp == Some(pgid.as_raw()) && state != "Z" && state != "X"
+        stat_of(&entry.path()).is_some_and(|stat| stat.pgrp == pgid.as_raw() && stat.runs())
     })
+}
+
+/// What `/proc/PID/stat` says of a process that the lab needs: its state and its group.
+pub(crate) struct ProcStat {
+    pub state: String,
+    pub pgrp: i32,
+}
+
+impl ProcStat {
+    /// Running: not a zombie (exited, waiting for its parent) nor dead.
+    pub fn runs(&self) -> bool {
+        self.state != "Z" && self.state != "X"
+    }
+}
+
+/// Reads the `stat` file under `proc_dir` (`/proc/PID`); `None` if the process is gone.
+pub(crate) fn stat_of(proc_dir: &Path) -> Option<ProcStat> {
+    let stat = fs::read_to_string(proc_dir.join("stat")).ok()?;
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so the fields are
+    // counted from the last ')'.
+    let (_, fields) = stat.rsplit_once(')')?;
+    let mut fields = fields.split_whitespace();
+    let state = fields.next()?.to_string();
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    Some(ProcStat { state, pgrp })
 }
 
 /// A running throwaway server and its temporary directory.

@@ -35,6 +35,11 @@ pub struct RunSpace {
     pub redis_url: Option<String>,
 }
 
+/// A fresh run id: eight lowercase hex digits (what `lab_<run>` and `lab:<run>:` are made of).
+pub fn new_run_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
+}
+
 /// A run id is only ever eight hex digits: nothing else can be turned into a schema name.
 fn valid_run_id(run: &str) -> bool {
     run.len() == 8
@@ -47,7 +52,7 @@ impl RunSpace {
     /// Creates the schema, its tables (the scripts of `schema_sql`, run in order with the schema
     /// as `search_path`) and the connections of a new run.
     pub async fn create(servers: &Servers, schema_sql: &[&str]) -> Result<RunSpace, InfraError> {
-        let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+        let run_id = new_run_id();
         let schema = format!("lab_{run_id}");
         let prefix = format!("lab:{run_id}:");
         servers.live_runs.lock().insert(run_id.clone());
