@@ -2,6 +2,11 @@
 //! binary, so `lab exercise start` works without a checkout. Writes `OUT_DIR/files.rs`: one
 //! `(path, bytes)` pair per file, paths relative to `exercises/`, sorted.
 //!
+//! The payments exercises' Rust projects use `idem`, which is not on crates.io: its sources
+//! (`crates/idem/src`) are embedded too, as `vendor/idem/src/…`, and written into those
+//! projects beside the standalone manifest `exercises/vendor/idem/Cargo.toml`. The copy is
+//! made from the crate the lab itself is built with, so it can never drift.
+//!
 //! Left out: what a learner's tools leave in a folder (a virtual environment, bytecode, a
 //! build's `target/`), should a maintainer have run an exercise in place.
 
@@ -15,6 +20,15 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.display());
     let mut files = Vec::new();
     walk(&root, &root, &mut files);
+    let idem = manifest.join("../idem/src");
+    println!("cargo:rerun-if-changed={}", idem.display());
+    let mut idem_files = Vec::new();
+    walk(&idem, &idem, &mut idem_files);
+    files.extend(
+        idem_files
+            .into_iter()
+            .map(|(relative, absolute)| (format!("vendor/idem/src/{relative}"), absolute)),
+    );
     files.sort();
     let mut out = String::from("pub(crate) static FILES: &[(&str, &[u8])] = &[\n");
     for (relative, absolute) in &files {

@@ -146,9 +146,20 @@ pub async fn send(client: &reqwest::Client, call: Call) -> Exchange {
     if let Some(key) = &call.key {
         request = request.header("idempotency-key", key.as_str());
     }
+    let mut replayed_header = false;
+    let mut retry_after = None;
     let (status, answer, outcome) = match request.send().await {
         Ok(response) => {
             let status = response.status().as_u16();
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            replayed_header = header("idempotent-replayed").is_some_and(|v| v == "true");
+            retry_after = header("retry-after");
             let text = response.text().await.unwrap_or_default();
             let outcome = if (200..300).contains(&status) {
                 Outcome::Ok
@@ -169,14 +180,23 @@ pub async fn send(client: &reqwest::Client, call: Call) -> Exchange {
         ),
     };
     let parsed: Option<serde_json::Value> = serde_json::from_str(&answer).ok();
+    let path = reqwest::Url::parse(&call.url)
+        .map(|u| u.path().to_string())
+        .unwrap_or_default();
     Exchange {
         who: call.who,
+        path,
         key: call.key,
         body: cut(&call.body),
         status,
         json_body: parsed.is_some(),
         report_id: parsed.as_ref().and_then(|v| v.get("report_id")?.as_i64()),
         replayed: parsed.as_ref().and_then(|v| v.get("replayed")?.as_bool()),
+        charge_id: parsed
+            .as_ref()
+            .and_then(|v| Some(v.get("charge_id")?.as_str()?.to_string())),
+        replayed_header,
+        retry_after,
         answer: cut(&answer),
         outcome,
     }

@@ -36,10 +36,16 @@ impl CheckSpec {
 #[derive(Debug)]
 pub struct Exercise {
     pub name: &'static str,
-    /// The lesson it belongs to (6: PostgreSQL and background tasks).
-    pub lesson: u32,
+    /// The lesson it belongs to, as the texts name it (`lesson.<id>`): `reports` is lesson 6
+    /// (PostgreSQL and background tasks), `payments` the Redis lesson (API and background jobs).
+    pub lesson: &'static str,
+    /// The servers its checks need (the lab starts throwaway ones unless the learner gives URLs).
+    pub needs: lab_infra::Needs,
     pub langs: &'static [&'static str],
     pub checks: &'static [CheckSpec],
+    /// Its Rust projects use `idem`, written into them under `vendor/idem` (it is not on
+    /// crates.io).
+    pub rust_uses_idem: bool,
     /// The checks every starter fails, as it is written: exactly the ones its TODOs are about.
     pub starter_fails: &'static [&'static str],
 }
@@ -51,7 +57,11 @@ impl Exercise {
 }
 
 /// The exercises, in the course's order.
-pub static EXERCISES: &[&Exercise] = &[&crate::report_api::EXERCISE, &crate::worker::EXERCISE];
+pub static EXERCISES: &[&Exercise] = &[
+    &crate::report_api::EXERCISE,
+    &crate::worker::EXERCISE,
+    &crate::charge_once::EXERCISE,
+];
 
 pub fn find(name: &str) -> Option<&'static Exercise> {
     EXERCISES.iter().copied().find(|e| e.name == name)

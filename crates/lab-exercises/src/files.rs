@@ -45,10 +45,15 @@ fn is_free(dir: &Path) -> bool {
     }
 }
 
-/// Writes the trees `sources` (prefixes of embedded folders, later ones adding to earlier ones)
-/// into `dir`, which must be missing or empty, and `schema.sql` beside them. Returns the paths
-/// written, relative to `dir`.
-pub fn write_project(sources: &[String], dir: &Path) -> Result<Vec<String>, ExerciseError> {
+/// Writes the trees `sources` into `dir`, which must be missing or empty: each is a prefix of
+/// embedded files and the folder (relative to `dir`) they go to; later ones add to earlier ones.
+/// `schema.sql` goes beside them when `with_schema`. Returns the paths written, relative to
+/// `dir`.
+pub fn write_project(
+    sources: &[(String, &str)],
+    with_schema: bool,
+    dir: &Path,
+) -> Result<Vec<String>, ExerciseError> {
     if !is_free(dir) {
         return Err(ExerciseError::Exists(dir.to_path_buf()));
     }
@@ -62,30 +67,41 @@ pub fn write_project(sources: &[String], dir: &Path) -> Result<Vec<String>, Exer
         written.push(relative.to_string());
         Ok(())
     };
-    for source in sources {
+    for (source, into) in sources {
         for (relative, bytes) in under(source) {
-            put(relative, bytes)?;
+            let relative = if into.is_empty() {
+                relative.to_string()
+            } else {
+                format!("{into}/{relative}")
+            };
+            put(&relative, bytes)?;
         }
     }
-    put("schema.sql", SCHEMA_SQL)?;
+    if with_schema {
+        put("schema.sql", SCHEMA_SQL)?;
+    }
     written.sort();
     written.dedup();
     Ok(written)
 }
 
 /// Writes `side` (`starter` or `solution`) of `exercise` in `lang` into `dir`: the exercise's
-/// common files (its READMEs), the side's own, and `schema.sql`.
+/// common files (its READMEs), the side's own, `schema.sql` for an exercise on PostgreSQL, and
+/// `idem` under `vendor/idem` for a Rust project of the payments lesson.
 pub fn write_side(
     exercise: &str,
     lang: &str,
     side: &str,
     dir: &Path,
 ) -> Result<Vec<String>, ExerciseError> {
-    write_project(
-        &[
-            format!("{exercise}/common"),
-            format!("{exercise}/{lang}/{side}"),
-        ],
-        dir,
-    )
+    let found = crate::catalogue::find(exercise)
+        .ok_or_else(|| ExerciseError::Unknown(exercise.to_string()))?;
+    let mut sources = vec![
+        (format!("{exercise}/common"), ""),
+        (format!("{exercise}/{lang}/{side}"), ""),
+    ];
+    if lang == "rust" && found.rust_uses_idem {
+        sources.push(("vendor/idem".to_string(), "vendor/idem"));
+    }
+    write_project(&sources, found.needs.postgres, dir)
 }

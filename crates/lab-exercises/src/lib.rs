@@ -20,7 +20,9 @@
 //! - [`verdict`]: pass / fail / unknown / skipped, and the schedule's lines.
 //! - [`state`]: the learner's progress, kept beside their code.
 //! - One module per exercise with its checks: [`report_api`] (the learner's service, attacked
-//!   from outside), [`worker`] (the learner's worker, run against the lab's report service).
+//!   from outside), [`worker`] (the learner's worker, run against the lab's report service),
+//!   [`charge_once`] (the learner's payment service, on Redis and the lab's provider, through
+//!   the fault proxy).
 //!
 //! [`check`] is the whole of one `lab exercise check`: it takes servers the caller started
 //! (and stops), and cleans up everything it started itself (the run's schema, the proxy, the
@@ -29,6 +31,7 @@
 
 pub mod arena;
 pub mod catalogue;
+pub mod charge_once;
 pub mod error;
 pub mod files;
 pub mod guest;
@@ -114,6 +117,9 @@ pub async fn check(
     options: &CheckOptions,
     on_report: &mut dyn FnMut(&CheckReport),
 ) -> Result<Checked, ExerciseError> {
+    if exercise.name == charge_once::EXERCISE.name {
+        return check_charge_once(exercise, subject, servers, options, on_report).await;
+    }
     let Some(postgres) = &servers.postgres else {
         return Err(ExerciseError::Target("PostgreSQL is needed".into()));
     };
@@ -240,6 +246,104 @@ async fn check_worker(
     space.release(servers, false).await?;
     drop_guest_role(servers, &schema).await;
     result
+}
+
+/// The `charge-once` exercise: the lab's provider, the learner's service, and Redis under the
+/// run's prefix, both links through the fault proxy.
+async fn check_charge_once(
+    exercise: &'static Exercise,
+    subject: Subject,
+    servers: &Servers,
+    options: &CheckOptions,
+    on_report: &mut dyn FnMut(&CheckReport),
+) -> Result<Checked, ExerciseError> {
+    let Subject::Program { dir, manifest } = subject else {
+        return Err(ExerciseError::Target(
+            "--target does not apply to charge-once: the lab starts the service itself, with its Redis and its provider behind the fault proxy".into(),
+        ));
+    };
+    let Some(redis) = &servers.redis else {
+        return Err(ExerciseError::Target("Redis is needed".into()));
+    };
+    let redis_addr = redis_address(&redis.url)?;
+    let space = RunSpace::create(servers, &[]).await?;
+    let result = async {
+        let build = guest::Guest::new(&dir, manifest.clone(), 0, options.guest_env.clone())?;
+        build.build().await?;
+        let rig = charge_once::open(
+            &space.run_id,
+            format!("{}idempotency:", space.prefix),
+            redis.conn.clone(),
+            &redis_addr,
+            dir,
+            manifest,
+            options.guest_env.clone(),
+        )
+        .await?;
+        match rig {
+            Ok(rig) => Ok(Checked::Reports(
+                charge_once::run_checks(exercise, rig, &options.only, on_report).await?,
+            )),
+            Err(not_ready) => Ok(Checked::NotReady(not_ready)),
+        }
+    }
+    .await;
+    space.release(servers, false).await?;
+    result
+}
+
+/// `lab exercise verify`'s proof that `idem` is wire-compatible with idempotency-kit: the
+/// charge-once solutions in two languages, on one Redis, one prefix and one provider, replay
+/// each other's Charges ([`charge_once::cross_replay`]).
+pub async fn cross_replay(
+    servers: &Servers,
+    first: (PathBuf, Manifest),
+    second: (PathBuf, Manifest),
+    guest_env: &[(String, String)],
+) -> Result<Checked, ExerciseError> {
+    let Some(redis) = &servers.redis else {
+        return Err(ExerciseError::Target("Redis is needed".into()));
+    };
+    let redis_addr = redis_address(&redis.url)?;
+    for (dir, manifest) in [&first, &second] {
+        guest::Guest::new(dir, manifest.clone(), 0, guest_env.to_vec())?
+            .build()
+            .await?;
+    }
+    let space = RunSpace::create(servers, &[]).await?;
+    let result = async {
+        let rig = charge_once::open(
+            &space.run_id,
+            format!("{}idempotency:", space.prefix),
+            redis.conn.clone(),
+            &redis_addr,
+            first.0,
+            first.1,
+            guest_env.to_vec(),
+        )
+        .await?;
+        match rig {
+            Ok(rig) => Ok(Checked::Reports(vec![
+                charge_once::cross_replay(rig, &second.0, second.1).await?,
+            ])),
+            Err(not_ready) => Ok(Checked::NotReady(not_ready)),
+        }
+    }
+    .await;
+    space.release(servers, false).await?;
+    result
+}
+
+/// The `host:port` of a Redis URL: the fault proxy's upstream.
+fn redis_address(url: &str) -> Result<String, ExerciseError> {
+    reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port().unwrap_or(6379))))
+        .ok_or_else(|| {
+            ExerciseError::Target(format!(
+                "charge-once reaches Redis through the fault proxy, so it needs Redis over TCP, not {url}"
+            ))
+        })
 }
 
 /// The URL the learner's program connects with: the run's schema as its search path and, on a

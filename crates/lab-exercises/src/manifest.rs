@@ -32,6 +32,16 @@ pub struct Manifest {
     /// time, as long as no later attempt holds the task). Given to the program as `STRICT`.
     #[serde(default)]
     pub strict: Option<bool>,
+    /// The payments exercises: whether the provider removes duplicates by the key it is given
+    /// (the integration contract, as the lesson says; on unless the manifest says otherwise).
+    /// The checks about a lost answer, a Redis outage and a slow provider run against such a
+    /// provider, or against one that charges every request when this is `false`.
+    #[serde(default)]
+    pub provider_dedup: Option<bool>,
+    /// The payments exercises: the longest window in which a client retries one payment, in
+    /// seconds (an hour in the lesson). A stored result must live at least that long.
+    #[serde(default)]
+    pub retry_window_secs: Option<u64>,
     /// How long the program may take to answer `GET /health` after it starts.
     #[serde(default = "default_start_timeout")]
     pub start_timeout_secs: u64,

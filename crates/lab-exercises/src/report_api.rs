@@ -39,8 +39,10 @@ use crate::verdict::{Exchange, Outcome, ReportRow, Verdict, who};
 
 pub static EXERCISE: Exercise = Exercise {
     name: "report-api",
-    lesson: 6,
+    lesson: "reports",
+    needs: lab_infra::Needs::POSTGRES,
     langs: &["python", "rust"],
+    rust_uses_idem: false,
     checks: &[
         CheckSpec::new("replay"),
         CheckSpec::new("no-key"),

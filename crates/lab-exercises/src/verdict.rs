@@ -58,6 +58,8 @@ pub use lab_core::event::Outcome;
 pub struct Exchange {
     /// Who sent it, e.g. "client" or "client 3".
     pub who: String,
+    /// The path it was sent to (`/reports`, `/payments`).
+    pub path: String,
     pub key: Option<String>,
     pub body: String,
     /// The HTTP status, if an answer came.
@@ -69,7 +71,22 @@ pub struct Exchange {
     /// The answer's `report_id` and `replayed`, when it has them.
     pub report_id: Option<i64>,
     pub replayed: Option<bool>,
+    /// The answer's `charge_id`, when it has one (a payment's Charge).
+    pub charge_id: Option<String>,
+    /// The answer's `Idempotent-Replayed: true` header.
+    pub replayed_header: bool,
+    /// The answer's `Retry-After` header.
+    pub retry_after: Option<String>,
     pub outcome: Outcome,
+}
+
+/// A charge as the lab's payment provider lists it (the oracle of the payments exercises).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ChargeRow {
+    pub charge_id: String,
+    pub amount: i64,
+    /// The key the learner's service gave the provider, if any.
+    pub key: Option<String>,
 }
 
 /// A report as the lab reads it back from the table (the oracle).
@@ -103,6 +120,11 @@ pub enum Line {
     Rows { task_id: i64, rows: Vec<ReportRow> },
     /// The check's task, read back.
     Task(TaskRow),
+    /// The charges the provider made for one order, read back.
+    Charges {
+        order: String,
+        charges: Vec<ChargeRow>,
+    },
 }
 
 /// A check's result: its verdict, its schedule, and what replays it.

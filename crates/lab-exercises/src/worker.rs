@@ -32,8 +32,10 @@ use crate::verdict::{CheckReport, Line, ReportRow, TaskRow, Verdict};
 
 pub static EXERCISE: Exercise = Exercise {
     name: "worker",
-    lesson: 6,
+    lesson: "reports",
+    needs: lab_infra::Needs::POSTGRES,
     langs: &["python", "rust"],
+    rust_uses_idem: false,
     checks: &[
         CheckSpec::new("complete"),
         CheckSpec::new("crash-after-commit").restarts(),

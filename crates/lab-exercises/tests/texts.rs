@@ -83,6 +83,7 @@ fn every_message_the_checks_use_has_a_text() {
     for (scope, source) in [
         ("report-api", include_str!("../src/report_api.rs")),
         ("worker", include_str!("../src/worker.rs")),
+        ("charge-once", include_str!("../src/charge_once.rs")),
     ] {
         keys_have_texts(&texts, scope, source);
     }
@@ -100,6 +101,20 @@ fn keys_have_texts(texts: &lab_core::Texts, scope: &str, source: &str) {
     if scope == "report-api" {
         // Made by the engine, not by the checks' source.
         keys.insert("skipped.target".into());
+    }
+    if scope == "charge-once" {
+        // Made with format!: why a charge was made twice, and who made the calls.
+        for why in [
+            "no_provider_key",
+            "provider_keys_differ",
+            "charged_twice",
+            "no_dedup",
+        ] {
+            keys.insert(format!("why.{why}"));
+        }
+        for who in ["client", "client_n", "tenant_1", "tenant_2"] {
+            keys.insert(format!("who.{who}"));
+        }
     }
     assert!(keys.len() > 10, "the keys were found: {keys:?}");
     for key in keys {

@@ -77,6 +77,11 @@ impl Needs {
         redis: false,
     };
 
+    pub const REDIS: Needs = Needs {
+        postgres: false,
+        redis: true,
+    };
+
     pub const BOTH: Needs = Needs {
         postgres: true,
         redis: true,

@@ -269,7 +269,7 @@ fn list(words: &Words) -> Result<u8, Failure> {
         say!(
             "  {:<12} {} · {} · {}",
             exercise.name,
-            words.common(Msg::new("list.lesson").arg("lesson", i64::from(exercise.lesson))),
+            words.common(Msg::new(format!("lesson.{}", exercise.lesson))),
             exercise.langs.join(", "),
             progress
         );
@@ -352,7 +352,7 @@ async fn check(
     output: Output,
 ) -> Result<u8, Failure> {
     session
-        .run_with_servers(Needs::POSTGRES, async |servers| {
+        .run_with_servers(exercise.needs, async |servers| {
             check_once(servers, words, exercise, subject, options, output).await
         })
         .await
@@ -483,7 +483,7 @@ async fn watch(
     let mut keys_open = true;
     let mut hint = 0;
     session
-        .run_with_servers(Needs::POSTGRES, async |servers| {
+        .run_with_servers(exercise.needs, async |servers| {
             loop {
                 let subject = Subject::Program {
                     dir: dir.clone(),
@@ -568,7 +568,10 @@ fn schedule_lines(words: &Words, exercise: &Exercise, report: &CheckReport) -> V
                     None => String::new(),
                 };
                 let sender = words.of(exercise, &lab_exercises::verdict::who(&call.who));
-                lines.push(format!("   {sender} → POST /reports{key}  {}", call.body));
+                lines.push(format!(
+                    "   {sender} → POST {}{key}  {}",
+                    call.path, call.body
+                ));
                 let answer = match call.status {
                     Some(status) => format!("{status} {}", call.answer),
                     None => call.answer.clone(),
@@ -598,6 +601,26 @@ fn schedule_lines(words: &Words, exercise: &Exercise, report: &CheckReport) -> V
                             .arg("lease", lease)
                     )
                 ));
+            }
+            Line::Charges { order, charges } => {
+                let msg = if charges.is_empty() {
+                    Msg::new("check.no_charges").arg("order", order.as_str())
+                } else {
+                    let shown: Vec<String> = charges
+                        .iter()
+                        .map(|c| {
+                            let key = c
+                                .key
+                                .as_deref()
+                                .map_or_else(|| words.common("check.no_key"), str::to_string);
+                            format!("{} ({} RUB, {key})", c.charge_id, money(c.amount))
+                        })
+                        .collect();
+                    Msg::new("check.charges")
+                        .arg("order", order.as_str())
+                        .arg("charges", shown.join(", "))
+                };
+                lines.push(format!("   {}", words.common(msg)));
             }
             Line::Rows { task_id, rows } => {
                 if rows.is_empty() {
@@ -631,6 +654,11 @@ fn schedule_lines(words: &Words, exercise: &Exercise, report: &CheckReport) -> V
         }
     }
     lines
+}
+
+/// Kopecks as roubles: 1990 → 19.90.
+fn money(kopecks: i64) -> String {
+    format!("{}.{:02}", kopecks / 100, kopecks % 100)
 }
 
 /// A key as a schedule shows it: quoted (an empty or blank key must be visible), and a long
@@ -696,8 +724,9 @@ fn lanes(words: &Words, exercise: &Exercise, report: &CheckReport) -> Vec<String
                     .as_deref()
                     .map(|k| format!(" {}", shown_key(words, k)));
                 out.push(format!(
-                    "{}  POST /reports{}",
+                    "{}  POST {}{}",
                     cells.iter().collect::<String>(),
+                    call.path,
                     key.unwrap_or_default()
                 ));
                 let mut cells = blank();
@@ -719,7 +748,7 @@ fn lanes(words: &Words, exercise: &Exercise, report: &CheckReport) -> Vec<String
                     outcome_word(words, call.outcome)
                 ));
             }
-            Line::Rows { .. } | Line::Task(_) => {}
+            Line::Rows { .. } | Line::Task(_) | Line::Charges { .. } => {}
         }
     }
     out
@@ -782,6 +811,9 @@ fn print_json(words: &Words, exercise: &Exercise, report: &CheckReport, replay_b
                 serde_json::json!({"rows": {"task_id": task_id, "reports": rows}})
             }
             Line::Task(task) => serde_json::json!({"task": task}),
+            Line::Charges { order, charges } => {
+                serde_json::json!({"charges": {"order_id": order, "charges": charges}})
+            }
         })
         .collect();
     let value = serde_json::json!({
@@ -918,8 +950,11 @@ async fn verify(
     }
     let scratch = tempfile::tempdir().map_err(Failure::environment)?;
     let mut runs = 0;
+    let needs = exercises
+        .iter()
+        .fold(Needs::default(), |needs, e| needs.union(e.needs));
     session
-        .run_with_servers(Needs::POSTGRES, async |servers| {
+        .run_with_servers(needs, async |servers| {
             for exercise in exercises {
                 for lang in exercise.langs {
                     for side in ["starter", "solution"] {
@@ -947,6 +982,10 @@ async fn verify(
                         runs += checked;
                     }
                 }
+                if exercise.rust_uses_idem {
+                    bad += verify_cross_replay(servers, words, exercise, scratch.path()).await?;
+                    runs += 1;
+                }
             }
             Ok(())
         })
@@ -960,6 +999,48 @@ async fn verify(
         )
     );
     Ok(if bad == 0 { exit::OK } else { exit::DRIFT })
+}
+
+/// The Python and the Rust solution of `exercise`, as `verify` wrote them, on one Redis:
+/// each replays the other's Charges (`idem` is wire-compatible with idempotency-kit). One
+/// disagreement if they do not.
+async fn verify_cross_replay(
+    servers: &lab_infra::Servers,
+    words: &Words,
+    exercise: &'static Exercise,
+    scratch: &Path,
+) -> Result<usize, Failure> {
+    let side = |lang: &str| -> Result<(PathBuf, lab_exercises::Manifest), Failure> {
+        let dir = scratch.join(format!("{}-{lang}-solution", exercise.name));
+        let manifest = lab_exercises::Manifest::read(&dir).map_err(failure)?;
+        Ok((dir, manifest))
+    };
+    let env = vec![(
+        "CARGO_TARGET_DIR".to_string(),
+        scratch.join("cargo-target-solution").display().to_string(),
+    )];
+    let checked = lab_exercises::cross_replay(servers, side("python")?, side("rust")?, &env)
+        .await
+        .map_err(failure)?;
+    let report = match checked {
+        Checked::Reports(mut reports) => reports.remove(0),
+        Checked::NotReady(not_ready) => {
+            print_not_ready(words, &not_ready);
+            return Ok(1);
+        }
+    };
+    let title = words.of(exercise, &Msg::new(format!("check.{}.title", report.name)));
+    say!("  {} {title}", words.verdict(&report.verdict));
+    if matches!(report.verdict, Verdict::Pass) {
+        return Ok(0);
+    }
+    if let Some(reason) = report.verdict.reason() {
+        say!("      {}", words.of(exercise, reason));
+    }
+    for line in schedule_lines(words, exercise, &report) {
+        say!("      {line}");
+    }
+    Ok(1)
 }
 
 /// The checks an exercise's READMEs do not name (each one is a disagreement, said).
