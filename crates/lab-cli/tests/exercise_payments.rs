@@ -239,3 +239,77 @@ fn a_ttl_rounded_down_below_the_retry_window_is_caught() {
     );
     assert!(said.contains("whole minutes, rounded down"), "{said}");
 }
+
+/// The Python reference solution of `exercise` written out into `tmp/name`, with the venv.
+fn solution_of(exercise: &str, tmp: &Path, name: &str) -> PathBuf {
+    let base = tmp.join(name);
+    let out = lab(&["exercise", "solution", exercise, base.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    let dir = tmp.join(format!("{name}-solution"));
+    std::os::unix::fs::symlink(venv(), dir.join(".venv")).unwrap();
+    dir
+}
+
+fn check_relay(dir: &Path, tmp: &Path, only: &[&str]) -> (i32, String) {
+    let mut args = vec!["exercise", "check", "relay", dir.to_str().unwrap()];
+    for name in only {
+        args.extend(["--only", name]);
+    }
+    let out = lab(&args).env("TMPDIR", tmp).output().unwrap();
+    (out.status.code().unwrap_or(-1), stdout(&out))
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn a_relay_that_mints_a_key_per_attempt_charges_once_per_attempt() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = solution_of("relay", work.path(), "mint");
+    edit(
+        &dir,
+        "app.py",
+        "headers={\"Idempotency-Key\": idempotency_key,",
+        "headers={\"Idempotency-Key\": f\"{idempotency_key}.{attempt}\",",
+    );
+    let (code, said) = check_relay(&dir, tmp.path(), &["key-unchanged"]);
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains("another key than the client's pay-2"),
+        "{said}"
+    );
+    assert!(
+        said.contains("pay-2.1, payment.charge."),
+        "two charges, two keys: {said}"
+    );
+    lab_testkit::assert_nothing_left(tmp.path(), "after the check");
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn a_relay_that_retries_refusals_and_never_waits_longer_is_caught() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = solution_of("relay", work.path(), "eager");
+    // Everything that is not a success is retried, always after the same pause.
+    edit(
+        &dir,
+        "app.py",
+        "if answer is not None and answer.status_code not in RETRYABLE:",
+        "if answer is not None and answer.status_code < 400:",
+    );
+    edit(
+        &dir,
+        "app.py",
+        "    return random.uniform(ceiling / 2, ceiling)",
+        "    return 0.1",
+    );
+    let (code, said) = check_relay(&dir, tmp.path(), &["reuse-passed-up", "backoff"]);
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains("the payment service answered 422, and the client got 504"),
+        "{said}"
+    );
+    assert!(said.contains("the pauses do not grow"), "{said}");
+}

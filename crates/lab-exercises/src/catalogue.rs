@@ -61,6 +61,7 @@ pub static EXERCISES: &[&Exercise] = &[
     &crate::report_api::EXERCISE,
     &crate::worker::EXERCISE,
     &crate::charge_once::EXERCISE,
+    &crate::relay::EXERCISE,
 ];
 
 pub fn find(name: &str) -> Option<&'static Exercise> {

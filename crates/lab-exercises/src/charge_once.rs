@@ -36,9 +36,7 @@ use std::time::{Duration, Instant};
 
 use lab_core::{Checkpoints, Msg};
 use lab_services::provider;
-use lab_services::spec::{RunningService, ServiceEnv};
 use redis::aio::MultiplexedConnection;
-use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use crate::arena::{Call, send};
@@ -46,6 +44,10 @@ use crate::catalogue::{CheckSpec, Exercise};
 use crate::error::ExerciseError;
 use crate::guest::{Guest, NotReady};
 use crate::manifest::Manifest;
+use crate::payment_world::{
+    AMOUNT, Intent, LabProvider, OTHER_TENANT, Reached, STAGING_LIMIT, charged, keys_of,
+    payment_call, send_held, status_of,
+};
 use crate::verdict::{ChargeRow, CheckReport, Exchange, Line, Verdict};
 
 pub static EXERCISE: Exercise = Exercise {
@@ -86,9 +88,6 @@ const LEASE_SECONDS: u64 = 30;
 const SHORT_LEASE_SECONDS: u64 = 2;
 /// The lesson's retry window for a payment: its result is kept an hour.
 const DEFAULT_RETRY_WINDOW_SECS: u64 = 3600;
-/// How long the lab waits for a moment it stages (a call held in the provider, a lost answer):
-/// far longer than a working service needs; missing it is an unknown, never a pass.
-const STAGING_LIMIT: Duration = Duration::from_secs(30);
 /// How long a call may take while Redis is down: idempotency-kit fails open only after the
 /// Redis client has given up, and redis-py's defaults retry for seconds.
 const OUTAGE_PATIENCE: Duration = Duration::from_secs(40);
@@ -100,49 +99,7 @@ const EXPIRY_POLL: Duration = Duration::from_millis(100);
 /// window still counts as the window.
 const TTL_SLACK_MS: i64 = 5_000;
 
-/// The tenants of the checks (the second only in `tenants`).
-const TENANT: &str = "6f1c2d3e-4a5b-4c6d-8e7f-0a1b2c3d4e5f";
-const OTHER_TENANT: &str = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d";
-/// The lesson's amount, in kopecks.
-const AMOUNT: i64 = 1990;
-
 type Checked = Result<Verdict, ExerciseError>;
-
-/// A payment intent of a check: its tenant, its order, its amount.
-#[derive(Debug, Clone)]
-struct Intent {
-    tenant: &'static str,
-    order: String,
-    amount: i64,
-}
-
-impl Intent {
-    /// Intent `n` of a check: order ids are readable UUIDs that end with the number.
-    fn new(n: u32) -> Intent {
-        Intent {
-            tenant: TENANT,
-            order: format!("0b7e4c1a-2d3f-4e5a-9b6c-{n:012}"),
-            amount: AMOUNT,
-        }
-    }
-
-    fn body(&self) -> String {
-        serde_json::json!({
-            "tenant_id": self.tenant,
-            "order_id": self.order,
-            "amount": self.amount,
-            "currency": "RUB",
-        })
-        .to_string()
-    }
-
-    fn with_amount(&self, amount: i64) -> Intent {
-        Intent {
-            amount,
-            ..self.clone()
-        }
-    }
-}
 
 /// What the charge-once checks work with.
 pub struct Rig {
@@ -157,7 +114,7 @@ pub struct Rig {
     pub redis_hop: faultproxy::Proxy,
     /// The learner's service → the provider.
     pub provider_hop: faultproxy::Proxy,
-    pub provider: RunningService,
+    pub provider: LabProvider,
     pub checkpoints: Checkpoints,
     pub dir: std::path::PathBuf,
     pub manifest: Manifest,
@@ -179,7 +136,7 @@ pub async fn open(
     extra_env: Vec<(String, String)>,
 ) -> Result<Result<Rig, NotReady>, ExerciseError> {
     let checkpoints = Checkpoints::new();
-    let provider = launch_provider(checkpoints.clone())?;
+    let provider = LabProvider::start(checkpoints.clone())?;
     let proxies = faultproxy::FaultProxy::new();
     let redis_info = proxies
         .create(&format!("exercise-{run}-redis"), "127.0.0.1:0", redis_addr)
@@ -234,40 +191,6 @@ pub async fn open(
     Ok(Ok(rig))
 }
 
-fn launch_provider(checkpoints: Checkpoints) -> Result<RunningService, ExerciseError> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(ExerciseError::io("127.0.0.1"))?;
-    let listener =
-        tokio::net::TcpListener::from_std(listener).map_err(ExerciseError::io("127.0.0.1"))?;
-    let env = ServiceEnv::default().with_checkpoints(checkpoints);
-    lab_services::spec::launch(&provider::SPEC, env, listener)
-        .map_err(|e| ExerciseError::Target(format!("the payment provider: {e}")))
-}
-
-fn call_at(base: &str, who: &str, intent: &Intent, key: &str, timeout: Duration) -> Call {
-    Call {
-        who: who.to_string(),
-        url: format!("{base}/payments"),
-        key: Some(key.to_string()),
-        content_type: "application/json",
-        body: intent.body(),
-        timeout,
-    }
-}
-
-/// A call that is held inside the provider, or what happened instead.
-enum Reached {
-    Held {
-        hold: lab_core::checkpoint::Hold,
-        call: JoinHandle<Exchange>,
-    },
-    /// It answered without charging (the answer is in the schedule).
-    Answered(Exchange),
-    /// It neither reached the provider nor answered within the bound.
-    Never,
-}
-
 impl Rig {
     fn step(&mut self, msg: Msg) {
         self.schedule.push(Line::Step(msg));
@@ -309,7 +232,7 @@ impl Rig {
             .guest
             .as_ref()
             .map_or_else(String::new, Guest::base_url);
-        call_at(&base, who, intent, key, timeout)
+        payment_call(&format!("{base}/payments"), who, intent, key, timeout)
     }
 
     /// Starts a second service beside the first, on the same Redis, prefix and provider.
@@ -334,7 +257,11 @@ impl Rig {
 
     /// Pays `intent` at the service at `base`, and records the exchange.
     async fn pay_at(&mut self, base: &str, intent: &Intent, key: &str) -> Exchange {
-        let exchange = send(&self.http, call_at(base, "client", intent, key, PATIENT)).await;
+        let exchange = send(
+            &self.http,
+            payment_call(&format!("{base}/payments"), "client", intent, key, PATIENT),
+        )
+        .await;
         self.schedule.push(Line::Call(exchange.clone()));
         exchange
     }
@@ -359,26 +286,12 @@ impl Rig {
     /// Sends a payment that the provider holds once it has charged, before its answer goes
     /// out; returns once it is held there, or has answered without getting there.
     async fn pay_held(&mut self, who: &str, intent: &Intent, key: &str) -> Reached {
-        let hold = self.checkpoints.hold(provider::CHARGED);
-        let client = self.http.clone();
         let call = self.call(who, intent, key, STAGING_LIMIT * 2);
-        let mut first = tokio::spawn(async move { send(&client, call).await });
-        tokio::select! {
-            entered = hold.entered(STAGING_LIMIT) => match entered {
-                Ok(()) => Reached::Held { hold, call: first },
-                Err(_) => {
-                    first.abort();
-                    Reached::Never
-                }
-            },
-            answered = &mut first => match answered {
-                Ok(exchange) => {
-                    self.schedule.push(Line::Call(exchange.clone()));
-                    Reached::Answered(exchange)
-                }
-                Err(_) => Reached::Never,
-            },
+        let reached = send_held(&self.http, &self.checkpoints, provider::CHARGED, call).await;
+        if let Reached::Answered(exchange) = &reached {
+            self.schedule.push(Line::Call(exchange.clone()));
         }
+        reached
     }
 
     /// Lets a held call go on, and records its answer.
@@ -397,51 +310,15 @@ impl Rig {
 
     /// Switches the provider's deduplication by key, and says so.
     async fn provider_dedup(&mut self, on: bool) -> Result<(), ExerciseError> {
-        self.step(Msg::new(if on {
-            "step.provider_dedup"
-        } else {
-            "step.provider_no_dedup"
-        }));
-        self.http
-            .put(format!("{}/config", self.provider.url()))
-            .json(&serde_json::json!({ "dedup_by_key": on }))
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(|e| ExerciseError::Target(format!("the provider's switch: {e}")))?;
+        let said = self.provider.dedup(on).await?;
+        self.schedule.push(said);
         Ok(())
     }
 
     /// The charges the provider made for `intent`'s order, recorded.
     async fn charges(&mut self, intent: &Intent) -> Result<Vec<ChargeRow>, ExerciseError> {
-        #[derive(Deserialize)]
-        struct Listed {
-            charges: Vec<provider::Charge>,
-        }
-        let listed: Listed = self
-            .http
-            .get(format!("{}/charges", self.provider.url()))
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(|e| ExerciseError::Target(format!("the provider's charges: {e}")))?
-            .json()
-            .await
-            .map_err(|e| ExerciseError::Target(format!("the provider's charges: {e}")))?;
-        let charges: Vec<ChargeRow> = listed
-            .charges
-            .into_iter()
-            .filter(|c| c.order_id == intent.order)
-            .map(|c| ChargeRow {
-                charge_id: c.charge_id,
-                amount: c.amount,
-                key: c.key,
-            })
-            .collect();
-        self.schedule.push(Line::Charges {
-            order: intent.order.clone(),
-            charges: charges.clone(),
-        });
+        let (charges, line) = self.provider.charges(intent).await?;
+        self.schedule.push(line);
         Ok(charges)
     }
 
@@ -521,15 +398,6 @@ fn fail(key: &str) -> Msg {
     Msg::new(format!("broke.{key}"))
 }
 
-/// The provider keys of some charges, for a message: `-` for a charge made without one.
-fn keys_of(charges: &[ChargeRow]) -> String {
-    charges
-        .iter()
-        .map(|c| c.key.clone().unwrap_or_else(|| "-".to_string()))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Why an intent was charged more than once, named by what the provider saw: no key, a key
 /// that changed, or one stable key that a provider without deduplication could not use.
 fn charged_twice(what: &str, charges: &[ChargeRow], dedup: bool) -> Verdict {
@@ -548,17 +416,6 @@ fn charged_twice(what: &str, charges: &[ChargeRow], dedup: bool) -> Verdict {
             .arg("keys", keys_of(charges))
             .arg("why", Msg::new(format!("why.{why}"))),
     )
-}
-
-/// A 2xx answer that names a charge.
-fn charged(exchange: &Exchange) -> bool {
-    exchange.status.is_some_and(|s| (200..300).contains(&s)) && exchange.charge_id.is_some()
-}
-
-fn status_of(exchange: &Exchange) -> String {
-    exchange
-        .status
-        .map_or_else(|| "-".to_string(), |s| s.to_string())
 }
 
 /// Runs the check `name`.

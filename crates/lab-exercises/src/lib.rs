@@ -36,6 +36,8 @@ pub mod error;
 pub mod files;
 pub mod guest;
 pub mod manifest;
+pub mod payment_world;
+pub mod relay;
 pub mod report_api;
 pub mod state;
 pub mod verdict;
@@ -119,6 +121,9 @@ pub async fn check(
 ) -> Result<Checked, ExerciseError> {
     if exercise.name == charge_once::EXERCISE.name {
         return check_charge_once(exercise, subject, servers, options, on_report).await;
+    }
+    if exercise.name == relay::EXERCISE.name {
+        return check_relay(exercise, subject, servers, options, on_report).await;
     }
     let Some(postgres) = &servers.postgres else {
         return Err(ExerciseError::Target("PostgreSQL is needed".into()));
@@ -283,6 +288,50 @@ async fn check_charge_once(
         match rig {
             Ok(rig) => Ok(Checked::Reports(
                 charge_once::run_checks(exercise, rig, &options.only, on_report).await?,
+            )),
+            Err(not_ready) => Ok(Checked::NotReady(not_ready)),
+        }
+    }
+    .await;
+    space.release(servers, false).await?;
+    result
+}
+
+/// The `relay` exercise: the lab's provider and payment service (on Redis under the run's
+/// prefix), the learner's relay between the lab's client and that service, through the fault
+/// proxy on both sides.
+async fn check_relay(
+    exercise: &'static Exercise,
+    subject: Subject,
+    servers: &Servers,
+    options: &CheckOptions,
+    on_report: &mut dyn FnMut(&CheckReport),
+) -> Result<Checked, ExerciseError> {
+    let Subject::Program { dir, manifest } = subject else {
+        return Err(ExerciseError::Target(
+            "--target does not apply to relay: the lab starts the relay itself, between its client and its payment service".into(),
+        ));
+    };
+    let Some(redis) = &servers.redis else {
+        return Err(ExerciseError::Target("Redis is needed".into()));
+    };
+    let space = RunSpace::create(servers, &[]).await?;
+    let result = async {
+        guest::Guest::new(&dir, manifest.clone(), 0, options.guest_env.clone())?
+            .build()
+            .await?;
+        let chain = relay::open(
+            &space.run_id,
+            &space.prefix,
+            &redis.url,
+            dir,
+            manifest,
+            options.guest_env.clone(),
+        )
+        .await?;
+        match chain {
+            Ok(chain) => Ok(Checked::Reports(
+                relay::run_checks(exercise, chain, &options.only, on_report).await?,
             )),
             Err(not_ready) => Ok(Checked::NotReady(not_ready)),
         }

@@ -42,6 +42,10 @@ pub struct Manifest {
     /// seconds (an hour in the lesson). A stored result must live at least that long.
     #[serde(default)]
     pub retry_window_secs: Option<u64>,
+    /// The relay exercise: the one deadline, in milliseconds, within which the relay answers
+    /// however many attempts it makes (6 s, the lab's own relay's, when not given).
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
     /// How long the program may take to answer `GET /health` after it starts.
     #[serde(default = "default_start_timeout")]
     pub start_timeout_secs: u64,

@@ -511,14 +511,8 @@ pub fn report_service(
     pool: PgPool,
     checkpoints: Checkpoints,
 ) -> Result<RunningService, ExerciseError> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(ExerciseError::io("127.0.0.1"))?;
-    let listener =
-        tokio::net::TcpListener::from_std(listener).map_err(ExerciseError::io("127.0.0.1"))?;
     let env = ServiceEnv::default()
         .with_pg(pool)
         .with_checkpoints(checkpoints);
-    lab_services::spec::launch(&reports::SPEC, env, listener)
-        .map_err(|e| ExerciseError::Target(format!("the report service: {e}")))
+    crate::payment_world::launch(&reports::SPEC, env)
 }

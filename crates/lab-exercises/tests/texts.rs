@@ -84,6 +84,7 @@ fn every_message_the_checks_use_has_a_text() {
         ("report-api", include_str!("../src/report_api.rs")),
         ("worker", include_str!("../src/worker.rs")),
         ("charge-once", include_str!("../src/charge_once.rs")),
+        ("relay", include_str!("../src/relay.rs")),
     ] {
         keys_have_texts(&texts, scope, source);
     }
@@ -101,6 +102,11 @@ fn keys_have_texts(texts: &lab_core::Texts, scope: &str, source: &str) {
     if scope == "report-api" {
         // Made by the engine, not by the checks' source.
         keys.insert("skipped.target".into());
+    }
+    if scope == "relay" {
+        for who in ["client", "client_n"] {
+            keys.insert(format!("who.{who}"));
+        }
     }
     if scope == "charge-once" {
         // Made with format!: why a charge was made twice, and who made the calls.
