@@ -313,3 +313,63 @@ fn a_relay_that_retries_refusals_and_never_waits_longer_is_caught() {
     );
     assert!(said.contains("the pauses do not grow"), "{said}");
 }
+
+fn check_exercise(exercise: &str, dir: &Path, tmp: &Path, only: &[&str]) -> (i32, String) {
+    let mut args = vec!["exercise", "check", exercise, dir.to_str().unwrap()];
+    for name in only {
+        args.extend(["--only", name]);
+    }
+    let out = lab(&args).env("TMPDIR", tmp).output().unwrap();
+    (out.status.code().unwrap_or(-1), stdout(&out))
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn a_consumer_keyed_by_the_delivery_id_sends_a_redelivered_invoice_twice() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = solution_of("invoice-consumer", work.path(), "delivery");
+    edit(
+        &dir,
+        "consumer.py",
+        "    key = f\"{job.order_id.hex}.v{job.invoice_version}\"",
+        "    key = f\"{job.delivery_id.hex}\"",
+    );
+    let (code, said) = check_exercise("invoice-consumer", &dir, tmp.path(), &["redelivered"]);
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("is keyed by the delivery id"), "{said}");
+    assert!(said.contains(": 2 ("), "two emails counted: {said}");
+    lab_testkit::assert_nothing_left(tmp.path(), "after the check");
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn a_consumer_that_acks_before_sending_or_never_claims_is_caught() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = solution_of("invoice-consumer", work.path(), "early");
+    edit(
+        &dir,
+        "consumer.py",
+        "    try:\n        result = await send_invoice_once(coordinator, send, job)",
+        "    await redis.xack(STREAM, GROUP, entry_id)\n    try:\n        result = await send_invoice_once(coordinator, send, job)",
+    );
+    let (code, said) = check_exercise("invoice-consumer", &dir, tmp.path(), &["ack-after-send"]);
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains("acked while the email was still being sent"),
+        "{said}"
+    );
+
+    let dir = solution_of("invoice-consumer", work.path(), "noclaim");
+    edit(
+        &dir,
+        "consumer.py",
+        "            _, claimed, _ = await redis.xautoclaim(STREAM, GROUP, CONSUMER, min_idle_time=CLAIM_IDLE_MS, start_id=\"0-0\", count=10)",
+        "            claimed = []",
+    );
+    let (code, said) = check_exercise("invoice-consumer", &dir, tmp.path(), &["ack-lost"]);
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("nobody claimed it"), "{said}");
+    assert!(said.contains("XAUTOCLAIM"), "{said}");
+}

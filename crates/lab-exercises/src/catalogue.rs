@@ -62,6 +62,7 @@ pub static EXERCISES: &[&Exercise] = &[
     &crate::worker::EXERCISE,
     &crate::charge_once::EXERCISE,
     &crate::relay::EXERCISE,
+    &crate::invoice_consumer::EXERCISE,
 ];
 
 pub fn find(name: &str) -> Option<&'static Exercise> {

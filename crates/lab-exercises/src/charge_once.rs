@@ -45,8 +45,8 @@ use crate::error::ExerciseError;
 use crate::guest::{Guest, NotReady};
 use crate::manifest::Manifest;
 use crate::payment_world::{
-    AMOUNT, Intent, LabProvider, OTHER_TENANT, Reached, STAGING_LIMIT, charged, keys_of,
-    payment_call, send_held, status_of,
+    AMOUNT, Intent, LabProvider, OTHER_TENANT, Reached, STAGING_LIMIT, charged, glob_escape,
+    keys_of, payment_call, scan, send_held, status_of,
 };
 use crate::verdict::{ChargeRow, CheckReport, Exchange, Line, Verdict};
 
@@ -326,29 +326,13 @@ impl Rig {
     async fn keys_naming(&mut self, client_key: &str) -> Result<Vec<(String, i64)>, ExerciseError> {
         let pattern = format!("*{}*", glob_escape(client_key));
         let mut found = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
+        for key in scan(&mut self.redis, &pattern).await? {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
                 .query_async(&mut self.redis)
                 .await
                 .map_err(redis_error)?;
-            for key in keys {
-                let pttl: i64 = redis::cmd("PTTL")
-                    .arg(&key)
-                    .query_async(&mut self.redis)
-                    .await
-                    .map_err(redis_error)?;
-                found.push((key, pttl));
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+            found.push((key, pttl));
         }
         found.sort();
         Ok(found)
@@ -380,18 +364,6 @@ impl Rig {
 
 fn redis_error(e: redis::RedisError) -> ExerciseError {
     ExerciseError::Target(format!("Redis: {e}"))
-}
-
-/// `key` as a literal inside a SCAN pattern.
-fn glob_escape(key: &str) -> String {
-    let mut escaped = String::with_capacity(key.len());
-    for c in key.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
 }
 
 fn fail(key: &str) -> Msg {

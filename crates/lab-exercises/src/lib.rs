@@ -35,6 +35,7 @@ pub mod charge_once;
 pub mod error;
 pub mod files;
 pub mod guest;
+pub mod invoice_consumer;
 pub mod manifest;
 pub mod payment_world;
 pub mod relay;
@@ -124,6 +125,9 @@ pub async fn check(
     }
     if exercise.name == relay::EXERCISE.name {
         return check_relay(exercise, subject, servers, options, on_report).await;
+    }
+    if exercise.name == invoice_consumer::EXERCISE.name {
+        return check_invoice_consumer(exercise, subject, servers, options, on_report).await;
     }
     let Some(postgres) = &servers.postgres else {
         return Err(ExerciseError::Target("PostgreSQL is needed".into()));
@@ -335,6 +339,49 @@ async fn check_relay(
             )),
             Err(not_ready) => Ok(Checked::NotReady(not_ready)),
         }
+    }
+    .await;
+    space.release(servers, false).await?;
+    result
+}
+
+/// The `invoice-consumer` exercise: the lab's mailer, a stream and a consumer group per check
+/// under the run's prefix, and the learner's consumers started for each check, their link to
+/// Redis through the fault proxy.
+async fn check_invoice_consumer(
+    exercise: &'static Exercise,
+    subject: Subject,
+    servers: &Servers,
+    options: &CheckOptions,
+    on_report: &mut dyn FnMut(&CheckReport),
+) -> Result<Checked, ExerciseError> {
+    let Subject::Program { dir, manifest } = subject else {
+        return Err(ExerciseError::Target(
+            "--target does not apply to invoice-consumer: the lab starts and kills the consumers itself".into(),
+        ));
+    };
+    let Some(redis) = &servers.redis else {
+        return Err(ExerciseError::Target("Redis is needed".into()));
+    };
+    let redis_addr = redis_address(&redis.url)?;
+    let space = RunSpace::create(servers, &[]).await?;
+    let result = async {
+        guest::Guest::new(&dir, manifest.clone(), 0, options.guest_env.clone())?
+            .build()
+            .await?;
+        let depot = invoice_consumer::open(
+            &space.run_id,
+            &space.prefix,
+            redis.conn.clone(),
+            &redis_addr,
+            dir,
+            manifest,
+            options.guest_env.clone(),
+        )
+        .await?;
+        Ok(Checked::Reports(
+            invoice_consumer::run_checks(exercise, depot, &options.only, on_report).await?,
+        ))
     }
     .await;
     space.release(servers, false).await?;

@@ -202,6 +202,47 @@ pub async fn send_held(
     }
 }
 
+/// Every key on the server `conn` talks to that matches `pattern` (`SCAN MATCH`, never
+/// `KEYS`: a shared Redis is not blocked while the lab looks).
+pub async fn scan(
+    conn: &mut redis::aio::MultiplexedConnection,
+    pattern: &str,
+) -> Result<Vec<String>, ExerciseError> {
+    let mut found = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .map_err(|e| ExerciseError::Target(format!("Redis: {e}")))?;
+        found.extend(keys);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    found.sort();
+    found.dedup();
+    Ok(found)
+}
+
+/// `key` as a literal inside a SCAN pattern.
+pub fn glob_escape(key: &str) -> String {
+    let mut escaped = String::with_capacity(key.len());
+    for c in key.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
 /// A 2xx answer that names a charge.
 pub fn charged(exchange: &Exchange) -> bool {
     exchange.status.is_some_and(|s| (200..300).contains(&s)) && exchange.charge_id.is_some()

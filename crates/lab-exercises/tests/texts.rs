@@ -85,6 +85,10 @@ fn every_message_the_checks_use_has_a_text() {
         ("worker", include_str!("../src/worker.rs")),
         ("charge-once", include_str!("../src/charge_once.rs")),
         ("relay", include_str!("../src/relay.rs")),
+        (
+            "invoice-consumer",
+            include_str!("../src/invoice_consumer.rs"),
+        ),
     ] {
         keys_have_texts(&texts, scope, source);
     }

@@ -2,27 +2,35 @@
 //!
 //! `POST /emails {"to", "subject"}` sends an email and answers `{"email_id": "em_N"}`, numbered
 //! from 1 in each run. It does not deduplicate: every request is a new email in someone's inbox,
-//! which is what makes a redelivered job dangerous. `GET /emails` is its own list (the count the
-//! lab reads its facts from).
+//! which is what makes a redelivered job dangerous. An `Idempotency-Key` header, if the caller
+//! sends one, is kept beside the email (shown, never used to refuse one). `GET /emails` is its
+//! own list (the count the lab reads its facts from).
+//!
+//! Checkpoint [`SENT`]: the email is sent and the answer is about to go out; the exercises hold
+//! a consumer there to see what it did before the send finished.
 
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lab_core::Msg;
+use lab_core::{Checkpoints, Msg};
 use lab_infra::Needs;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
-use crate::spec::{ServiceEnv, ServiceError, ServiceSpec, Voice};
+use crate::spec::{Checkpoint, ServiceEnv, ServiceError, ServiceSpec, Voice};
 
 /// The service's name: in narration, and the name of its fault-proxy hop.
 pub const NAME: &str = "mailer";
+
+/// Checkpoint: the email is sent; the answer is about to go out.
+pub const SENT: &str = "mailer.sent";
 
 /// The mailer, as the lab starts it.
 pub static SPEC: ServiceSpec = ServiceSpec {
@@ -34,7 +42,10 @@ pub static SPEC: ServiceSpec = ServiceSpec {
     },
     schema: "",
     calls: &[],
-    checkpoints: &[],
+    checkpoints: &[Checkpoint {
+        name: SENT,
+        about: "the email is sent; the answer is about to go out",
+    }],
     demo: r#"  # every request is a new email: send twice, count two
   curl -s -X POST {url}/emails -H 'Content-Type: application/json' -d '{"to":"anna@example.com","subject":"Invoice"}'
   curl -s {direct}/emails"#,
@@ -56,6 +67,9 @@ pub struct Email {
     pub email_id: String,
     pub to: String,
     pub subject: String,
+    /// The caller's Idempotency-Key, when it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// The mailer's state: the emails it sent.
@@ -63,6 +77,7 @@ pub struct Email {
 pub struct Mailer {
     sent: Arc<Mutex<Vec<Email>>>,
     voice: Voice,
+    checkpoints: Checkpoints,
 }
 
 impl Mailer {
@@ -70,6 +85,7 @@ impl Mailer {
         Ok(Mailer {
             sent: Arc::default(),
             voice: env.voice,
+            checkpoints: env.checkpoints,
         })
     }
 
@@ -115,15 +131,18 @@ fn validate(email: &EmailRequest) -> Result<(), ApiError> {
 #[tracing::instrument(skip_all)]
 async fn send(
     State(mailer): State<Mailer>,
+    headers: HeaderMap,
     JsonBody(request): JsonBody<EmailRequest>,
 ) -> Result<Response, ApiError> {
     validate(&request)?;
+    let key = crate::api::key_header(&headers)?.map(str::to_string);
     let email = {
         let mut sent = mailer.sent.lock();
         let email = Email {
             email_id: format!("em_{}", sent.len() + 1),
             to: request.to,
             subject: request.subject,
+            key,
         };
         sent.push(email.clone());
         email
@@ -139,6 +158,7 @@ async fn send(
                 .arg("to", &email.to),
         )
         .await;
+    mailer.checkpoints.reached(SENT).await;
     Ok((
         StatusCode::CREATED,
         Json(json!({"email_id": email.email_id})),
