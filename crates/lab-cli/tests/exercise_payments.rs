@@ -76,7 +76,7 @@ fn a_target_is_refused_with_the_reason() {
     .unwrap();
     assert_code(&out, 2);
     assert!(
-        stderr(&out).contains("starts the service itself"),
+        stderr(&out).contains("starts your program itself"),
         "{}",
         stderr(&out)
     );
@@ -90,21 +90,27 @@ fn venv() -> PathBuf {
     ))
 }
 
-/// The Python reference solution written out into `tmp/name`, with the venv linked in.
-fn solution(tmp: &Path, name: &str) -> PathBuf {
+/// The Python reference solution of `exercise` written out into `tmp/name`, with the venv.
+fn solution_of(exercise: &str, tmp: &Path, name: &str) -> PathBuf {
     let base = tmp.join(name);
-    let out = lab(&[
-        "exercise",
-        "solution",
-        "charge-once",
-        base.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
+    let out = lab(&["exercise", "solution", exercise, base.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_code(&out, 0);
     let dir = tmp.join(format!("{name}-solution"));
     std::os::unix::fs::symlink(venv(), dir.join(".venv")).unwrap();
     dir
+}
+
+/// Checks `dir` as `exercise` with `--only` these checks (all when none), in English text: the
+/// exit code and what was said.
+fn check_exercise(exercise: &str, dir: &Path, tmp: &Path, only: &[&str]) -> (i32, String) {
+    let mut args = vec!["exercise", "check", exercise, dir.to_str().unwrap()];
+    for name in only {
+        args.extend(["--only", name]);
+    }
+    let out = lab(&args).env("TMPDIR", tmp).output().unwrap();
+    (out.status.code().unwrap_or(-1), stdout(&out))
 }
 
 /// Replaces `old` (which must be there) with `new` in `dir/file`.
@@ -115,23 +121,13 @@ fn edit(dir: &Path, file: &str, old: &str, new: &str) {
     std::fs::write(&path, text.replace(old, new)).unwrap();
 }
 
-/// Checks `dir` with `--only` these checks, in English text: the exit code and what was said.
-fn check(dir: &Path, tmp: &Path, only: &[&str]) -> (i32, String) {
-    let mut args = vec!["exercise", "check", "charge-once", dir.to_str().unwrap()];
-    for name in only {
-        args.extend(["--only", name]);
-    }
-    let out = lab(&args).env("TMPDIR", tmp).output().unwrap();
-    (out.status.code().unwrap_or(-1), stdout(&out))
-}
-
 #[test]
 #[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
 fn the_lessons_solution_passes_every_check() {
     let tmp = shared_tempdir();
     let work = tempfile::tempdir().unwrap();
-    let dir = solution(work.path(), "paid");
-    let (code, said) = check(&dir, tmp.path(), &[]);
+    let dir = solution_of("charge-once", work.path(), "paid");
+    let (code, said) = check_exercise("charge-once", &dir, tmp.path(), &[]);
     assert_eq!(code, 0, "{said}");
     assert!(said.contains("11 passed, 0 failed"), "{said}");
     lab_testkit::assert_nothing_left(tmp.path(), "after the check");
@@ -142,7 +138,7 @@ fn the_lessons_solution_passes_every_check() {
 fn a_redis_client_that_does_not_retry_is_caught_after_a_blip() {
     let tmp = shared_tempdir();
     let work = tempfile::tempdir().unwrap();
-    let dir = solution(work.path(), "blip");
+    let dir = solution_of("charge-once", work.path(), "blip");
     // The client as redis-py makes it by default: no Retry, nothing retried on a dropped
     // connection.
     edit(
@@ -151,7 +147,7 @@ fn a_redis_client_that_does_not_retry_is_caught_after_a_blip() {
         "    retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),\n    retry_on_error=[RedisConnectionError, RedisTimeoutError],\n",
         "",
     );
-    let (code, said) = check(&dir, tmp.path(), &["redis-blip", "replay"]);
+    let (code, said) = check_exercise("charge-once", &dir, tmp.path(), &["redis-blip", "replay"]);
     assert_eq!(code, 1, "{said}");
     assert!(said.contains("pass    replay"), "{said}");
     assert!(said.contains("fail    redis-blip"), "{said}");
@@ -164,14 +160,15 @@ fn a_redis_client_that_does_not_retry_is_caught_after_a_blip() {
 fn a_service_that_gives_the_provider_no_key_charges_twice_where_redis_cannot_help() {
     let tmp = shared_tempdir();
     let work = tempfile::tempdir().unwrap();
-    let dir = solution(work.path(), "nokey");
+    let dir = solution_of("charge-once", work.path(), "nokey");
     edit(
         &dir,
         "app.py",
         "        headers={\"Idempotency-Key\": provider_key},\n",
         "",
     );
-    let (code, said) = check(
+    let (code, said) = check_exercise(
+        "charge-once",
         &dir,
         tmp.path(),
         &["lost-answer", "redis-down", "in-flight"],
@@ -193,14 +190,14 @@ fn a_service_that_gives_the_provider_no_key_charges_twice_where_redis_cannot_hel
 fn fail_open_against_a_provider_without_dedup_is_named() {
     let tmp = shared_tempdir();
     let work = tempfile::tempdir().unwrap();
-    let dir = solution(work.path(), "nodedup");
+    let dir = solution_of("charge-once", work.path(), "nodedup");
     edit(
         &dir,
         "lab-exercise.toml",
         "provider_dedup = true",
         "provider_dedup = false",
     );
-    let (code, said) = check(&dir, tmp.path(), &["redis-down"]);
+    let (code, said) = check_exercise("charge-once", &dir, tmp.path(), &["redis-down"]);
     assert_eq!(code, 1, "{said}");
     assert!(
         said.contains("against a provider that does not remove duplicates"),
@@ -217,7 +214,7 @@ fn fail_open_against_a_provider_without_dedup_is_named() {
 fn a_ttl_rounded_down_below_the_retry_window_is_caught() {
     let tmp = shared_tempdir();
     let work = tempfile::tempdir().unwrap();
-    let dir = solution(work.path(), "ttl");
+    let dir = solution_of("charge-once", work.path(), "ttl");
     edit(
         &dir,
         "app.py",
@@ -230,7 +227,7 @@ fn a_ttl_rounded_down_below_the_retry_window_is_caught() {
         "retry_window_secs = 3600",
         "retry_window_secs = 90",
     );
-    let (code, said) = check(&dir, tmp.path(), &["result-ttl"]);
+    let (code, said) = check_exercise("charge-once", &dir, tmp.path(), &["result-ttl"]);
     assert_eq!(code, 1, "{said}");
     // 90 s is kept as one whole minute (read a moment later: 59 s and some milliseconds).
     assert!(
@@ -238,27 +235,6 @@ fn a_ttl_rounded_down_below_the_retry_window_is_caught() {
         "{said}"
     );
     assert!(said.contains("whole minutes, rounded down"), "{said}");
-}
-
-/// The Python reference solution of `exercise` written out into `tmp/name`, with the venv.
-fn solution_of(exercise: &str, tmp: &Path, name: &str) -> PathBuf {
-    let base = tmp.join(name);
-    let out = lab(&["exercise", "solution", exercise, base.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_code(&out, 0);
-    let dir = tmp.join(format!("{name}-solution"));
-    std::os::unix::fs::symlink(venv(), dir.join(".venv")).unwrap();
-    dir
-}
-
-fn check_relay(dir: &Path, tmp: &Path, only: &[&str]) -> (i32, String) {
-    let mut args = vec!["exercise", "check", "relay", dir.to_str().unwrap()];
-    for name in only {
-        args.extend(["--only", name]);
-    }
-    let out = lab(&args).env("TMPDIR", tmp).output().unwrap();
-    (out.status.code().unwrap_or(-1), stdout(&out))
 }
 
 #[test]
@@ -273,7 +249,7 @@ fn a_relay_that_mints_a_key_per_attempt_charges_once_per_attempt() {
         "headers={\"Idempotency-Key\": idempotency_key,",
         "headers={\"Idempotency-Key\": f\"{idempotency_key}.{attempt}\",",
     );
-    let (code, said) = check_relay(&dir, tmp.path(), &["key-unchanged"]);
+    let (code, said) = check_exercise("relay", &dir, tmp.path(), &["key-unchanged"]);
     assert_eq!(code, 1, "{said}");
     assert!(
         said.contains("another key than the client's pay-2"),
@@ -305,22 +281,13 @@ fn a_relay_that_retries_refusals_and_never_waits_longer_is_caught() {
         "    return random.uniform(ceiling / 2, ceiling)",
         "    return 0.1",
     );
-    let (code, said) = check_relay(&dir, tmp.path(), &["reuse-passed-up", "backoff"]);
+    let (code, said) = check_exercise("relay", &dir, tmp.path(), &["reuse-passed-up", "backoff"]);
     assert_eq!(code, 1, "{said}");
     assert!(
         said.contains("the payment service answered 422, and the client got 504"),
         "{said}"
     );
     assert!(said.contains("the pauses do not grow"), "{said}");
-}
-
-fn check_exercise(exercise: &str, dir: &Path, tmp: &Path, only: &[&str]) -> (i32, String) {
-    let mut args = vec!["exercise", "check", exercise, dir.to_str().unwrap()];
-    for name in only {
-        args.extend(["--only", name]);
-    }
-    let out = lab(&args).env("TMPDIR", tmp).output().unwrap();
-    (out.status.code().unwrap_or(-1), stdout(&out))
 }
 
 #[test]
@@ -372,4 +339,41 @@ fn a_consumer_that_acks_before_sending_or_never_claims_is_caught() {
     assert_eq!(code, 1, "{said}");
     assert!(said.contains("nobody claimed it"), "{said}");
     assert!(said.contains("XAUTOCLAIM"), "{said}");
+}
+
+/// The course workflow's check line (`docs/exercise-ci.yml`) on the payments lesson's
+/// exercises, laid out as a learner's repository: every check a test case, none failed.
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn the_course_workflow_grades_the_payments_exercises() {
+    let text = std::fs::read_to_string(common::repo().join("docs/exercise-ci.yml")).unwrap();
+    let check = text
+        .lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("run: lab exercise check"))
+        .expect("the workflow's check line");
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let learner = work.path().join("lab-exercises");
+    std::fs::create_dir_all(&learner).unwrap();
+    for (exercise, checks) in [("charge-once", 11), ("relay", 7), ("invoice-consumer", 7)] {
+        let solution = solution_of(exercise, work.path(), exercise);
+        std::fs::rename(&solution, learner.join(exercise)).unwrap();
+        let line = format!("exercise check{check}").replace("${{ matrix.exercise }}", exercise);
+        let (command, _report) = line.split_once('>').expect("the report goes to a file");
+        let args: Vec<&str> = command.split_whitespace().collect();
+        let out = lab(&args)
+            .current_dir(work.path())
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        assert_code(&out, 0);
+        let xml = stdout(&out);
+        assert_eq!(
+            xml.matches("<testcase ").count(),
+            checks,
+            "{exercise}: {xml}"
+        );
+        assert!(!xml.contains("<failure"), "{exercise}: {xml}");
+    }
 }

@@ -42,13 +42,14 @@ use tokio::task::JoinHandle;
 use crate::arena::{Call, send};
 use crate::catalogue::{CheckSpec, Exercise};
 use crate::error::ExerciseError;
-use crate::guest::{Guest, NotReady};
+use crate::guest::{Guest, Mark, NotReady};
 use crate::manifest::Manifest;
 use crate::payment_world::{
     AMOUNT, Intent, LabProvider, OTHER_TENANT, Reached, STAGING_LIMIT, charged, glob_escape,
     keys_of, payment_call, scan, send_held, status_of,
 };
 use crate::verdict::{ChargeRow, CheckReport, Exchange, Line, Verdict};
+use crate::world::World;
 
 pub static EXERCISE: Exercise = Exercise {
     name: "charge-once",
@@ -353,12 +354,6 @@ impl Rig {
             guest.stop().await;
         }
         self.provider.stop().await;
-    }
-
-    /// The output of the learner's service since `mark`.
-    async fn output_since(&self, mark: u64) -> Option<String> {
-        let guest = self.guest.as_ref()?;
-        Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
     }
 }
 
@@ -690,6 +685,11 @@ async fn result_ttl(rig: &mut Rig) -> Checked {
     judged!(first_charged(&first));
     let found = rig.keys_naming("pay-9").await?;
     let prefix = rig.prefix.clone();
+    // Another run's keys on a shared Redis (`lab:<its run>:…`) are not this program's.
+    let found: Vec<(String, i64)> = found
+        .into_iter()
+        .filter(|(key, _)| key.starts_with(&prefix) || !key.starts_with("lab:"))
+        .collect();
     for (key, pttl) in &found {
         rig.step(
             Msg::new("step.redis_key")
@@ -942,45 +942,30 @@ pub async fn cross_replay(
     })
 }
 
-/// Runs the selected checks on `rig`, calling `on_report` as each ends.
-pub async fn run_checks(
-    exercise: &'static Exercise,
-    mut rig: Rig,
-    only: &[String],
-    on_report: &mut dyn FnMut(&CheckReport),
-) -> Result<Vec<CheckReport>, ExerciseError> {
-    let mut reports = Vec::new();
-    for spec in exercise.checks {
-        if !only.is_empty() && !only.iter().any(|o| o == spec.name) {
-            continue;
-        }
-        rig.schedule.clear();
-        let mark = rig.guest.as_ref().map_or(0, Guest::mark);
-        let verdict = run(spec.name, &mut rig).await;
-        // Whatever happened, the links are whole again for the next check.
-        rig.provider_hop.disarm_all_faults();
-        let _ = rig.redis_hop.set_enabled(true).await;
-        let verdict = match verdict {
-            Ok(verdict) => verdict,
-            Err(e) => {
-                rig.close().await;
-                return Err(e);
-            }
-        };
-        let output = match verdict {
-            Verdict::Fail(_) | Verdict::Unknown(_) => rig.output_since(mark).await,
-            _ => None,
-        };
-        let report = CheckReport {
-            name: spec.name,
-            verdict,
-            schedule: std::mem::take(&mut rig.schedule),
-            seed: None,
-            output,
-        };
-        on_report(&report);
-        reports.push(report);
+impl World for Rig {
+    fn schedule(&mut self) -> &mut Vec<Line> {
+        &mut self.schedule
     }
-    rig.close().await;
-    Ok(reports)
+
+    fn mark(&self) -> Mark {
+        self.guest.as_ref().map(Guest::mark).unwrap_or_default()
+    }
+
+    async fn check(&mut self, name: &str) -> Checked {
+        run(name, self).await
+    }
+
+    async fn after(&mut self) {
+        self.provider_hop.disarm_all_faults();
+        let _ = self.redis_hop.set_enabled(true).await;
+    }
+
+    async fn output(&self, mark: &Mark) -> Option<String> {
+        let guest = self.guest.as_ref()?;
+        Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
+    }
+
+    async fn close(self) {
+        Rig::close(self).await;
+    }
 }

@@ -55,6 +55,13 @@ pub enum NotReady {
     },
 }
 
+/// A place in a guest's output (see [`Guest::mark`]).
+#[derive(Debug, Clone, Default)]
+pub struct Mark {
+    log: PathBuf,
+    at: u64,
+}
+
 /// The learner's program.
 pub struct Guest {
     dir: PathBuf,
@@ -263,18 +270,23 @@ impl Guest {
     }
 
     /// How much the program has printed so far: a mark for [`Guest::output_since`].
-    pub fn mark(&self) -> u64 {
-        std::fs::metadata(&self.log).map_or(0, |m| m.len())
+    pub fn mark(&self) -> Mark {
+        Mark {
+            log: self.log.clone(),
+            at: std::fs::metadata(&self.log).map_or(0, |m| m.len()),
+        }
     }
 
     /// The last lines the program printed (stdout and stderr together).
     pub async fn output(&self) -> String {
-        self.output_since(0).await
+        self.output_since(&Mark::default()).await
     }
 
     /// The last lines the program printed after `mark`: what it said during one check, not
-    /// its start-up banner.
-    pub async fn output_since(&self, mark: u64) -> String {
+    /// its start-up banner. A mark of another guest (the program was started again since, with
+    /// a log of its own) counts from the start.
+    pub async fn output_since(&self, mark: &Mark) -> String {
+        let mark = if mark.log == self.log { mark.at } else { 0 };
         let text = tokio::fs::read(&self.log).await.unwrap_or_default();
         let from = usize::try_from(mark).unwrap_or(usize::MAX).min(text.len());
         let text = String::from_utf8_lossy(&text[from..]);

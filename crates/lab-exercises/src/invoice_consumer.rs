@@ -37,10 +37,11 @@ use serde::Deserialize;
 
 use crate::catalogue::{CheckSpec, Exercise};
 use crate::error::ExerciseError;
-use crate::guest::Guest;
+use crate::guest::{Guest, Mark};
 use crate::manifest::Manifest;
 use crate::payment_world::{STAGING_LIMIT, TENANT, glob_escape, launch, scan};
-use crate::verdict::{CheckReport, Line, Verdict};
+use crate::verdict::{Line, Verdict};
+use crate::world::World;
 
 pub static EXERCISE: Exercise = Exercise {
     name: "invoice-consumer",
@@ -455,7 +456,7 @@ impl Depot {
         }
     }
 
-    async fn output(&self) -> Option<String> {
+    async fn consumers_output(&self) -> Option<String> {
         let mut said = Vec::new();
         for (who, consumer) in &self.consumers {
             let output = consumer.output().await;
@@ -510,8 +511,9 @@ macro_rules! judged {
     };
 }
 
-/// Runs the check `name` on a stream of its own.
+/// Runs the check `name` on a stream of its own, with consumers of its own.
 pub async fn run(name: &str, depot: &mut Depot) -> Checked {
+    depot.consumers.clear();
     depot.new_stream(name).await?;
     match name {
         "one-email" => one_email_check(depot).await,
@@ -752,44 +754,27 @@ async fn ack_after_send(depot: &mut Depot) -> Checked {
     Ok(Verdict::Pass)
 }
 
-/// Runs the selected checks in `depot`, calling `on_report` as each ends.
-pub async fn run_checks(
-    exercise: &'static Exercise,
-    mut depot: Depot,
-    only: &[String],
-    on_report: &mut dyn FnMut(&CheckReport),
-) -> Result<Vec<CheckReport>, ExerciseError> {
-    let mut reports = Vec::new();
-    for spec in exercise.checks {
-        if !only.is_empty() && !only.iter().any(|o| o == spec.name) {
-            continue;
-        }
-        depot.schedule.clear();
-        let verdict = run(spec.name, &mut depot).await;
-        depot.stop_consumers().await;
-        let _ = depot.redis_hop.set_enabled(true).await;
-        let verdict = match verdict {
-            Ok(verdict) => verdict,
-            Err(e) => {
-                depot.mailer.stop().await;
-                return Err(e);
-            }
-        };
-        let output = match verdict {
-            Verdict::Fail(_) | Verdict::Unknown(_) => depot.output().await,
-            _ => None,
-        };
-        depot.consumers.clear();
-        let report = CheckReport {
-            name: spec.name,
-            verdict,
-            schedule: std::mem::take(&mut depot.schedule),
-            seed: None,
-            output,
-        };
-        on_report(&report);
-        reports.push(report);
+impl World for Depot {
+    fn schedule(&mut self) -> &mut Vec<Line> {
+        &mut self.schedule
     }
-    depot.mailer.stop().await;
-    Ok(reports)
+
+    async fn check(&mut self, name: &str) -> Checked {
+        run(name, self).await
+    }
+
+    async fn after(&mut self) {
+        self.stop_consumers().await;
+        let _ = self.redis_hop.set_enabled(true).await;
+    }
+
+    /// Each consumer's output is its own (they are started for the check).
+    async fn output(&self, _mark: &Mark) -> Option<String> {
+        self.consumers_output().await
+    }
+
+    async fn close(mut self) {
+        self.stop_consumers().await;
+        self.mailer.stop().await;
+    }
 }

@@ -43,6 +43,7 @@ pub mod report_api;
 pub mod state;
 pub mod verdict;
 pub mod worker;
+mod world;
 
 use std::path::PathBuf;
 
@@ -120,14 +121,8 @@ pub async fn check(
     options: &CheckOptions,
     on_report: &mut dyn FnMut(&CheckReport),
 ) -> Result<Checked, ExerciseError> {
-    if exercise.name == charge_once::EXERCISE.name {
-        return check_charge_once(exercise, subject, servers, options, on_report).await;
-    }
-    if exercise.name == relay::EXERCISE.name {
-        return check_relay(exercise, subject, servers, options, on_report).await;
-    }
-    if exercise.name == invoice_consumer::EXERCISE.name {
-        return check_invoice_consumer(exercise, subject, servers, options, on_report).await;
+    if exercise.lesson == charge_once::EXERCISE.lesson {
+        return check_payments(exercise, subject, servers, options, on_report).await;
     }
     let Some(postgres) = &servers.postgres else {
         return Err(ExerciseError::Target("PostgreSQL is needed".into()));
@@ -175,7 +170,8 @@ pub async fn check(
                 )
                 .await?;
                 Ok(Checked::Reports(
-                    run_checks(exercise, arena, options, on_report).await?,
+                    world::run_checks(exercise, arena, &options.only, options.seed, on_report)
+                        .await?,
                 ))
             }
             .await;
@@ -205,7 +201,7 @@ pub async fn check(
             )
             .await?;
             Ok(Checked::Reports(
-                run_checks(exercise, arena, options, on_report).await?,
+                world::run_checks(exercise, arena, &options.only, options.seed, on_report).await?,
             ))
         }
     }
@@ -247,7 +243,7 @@ async fn check_worker(
             workers: Vec::new(),
         };
         Ok(Checked::Reports(
-            worker::run_checks(exercise, yard, &options.only, on_report).await?,
+            world::run_checks(exercise, yard, &options.only, options.seed, on_report).await?,
         ))
     }
     .await;
@@ -257,9 +253,11 @@ async fn check_worker(
     result
 }
 
-/// The `charge-once` exercise: the lab's provider, the learner's service, and Redis under the
-/// run's prefix, both links through the fault proxy.
-async fn check_charge_once(
+/// The payments lesson's exercises, on Redis: the lab's services around the learner's program
+/// (the provider for `charge-once`; the provider and the payment service for `relay`; the
+/// mailer for `invoice-consumer`), the program's links through the fault proxy, every key under
+/// the run's prefix. The lab starts the program itself, so `--target` does not apply.
+async fn check_payments(
     exercise: &'static Exercise,
     subject: Subject,
     servers: &Servers,
@@ -267,98 +265,10 @@ async fn check_charge_once(
     on_report: &mut dyn FnMut(&CheckReport),
 ) -> Result<Checked, ExerciseError> {
     let Subject::Program { dir, manifest } = subject else {
-        return Err(ExerciseError::Target(
-            "--target does not apply to charge-once: the lab starts the service itself, with its Redis and its provider behind the fault proxy".into(),
-        ));
-    };
-    let Some(redis) = &servers.redis else {
-        return Err(ExerciseError::Target("Redis is needed".into()));
-    };
-    let redis_addr = redis_address(&redis.url)?;
-    let space = RunSpace::create(servers, &[]).await?;
-    let result = async {
-        let build = guest::Guest::new(&dir, manifest.clone(), 0, options.guest_env.clone())?;
-        build.build().await?;
-        let rig = charge_once::open(
-            &space.run_id,
-            format!("{}idempotency:", space.prefix),
-            redis.conn.clone(),
-            &redis_addr,
-            dir,
-            manifest,
-            options.guest_env.clone(),
-        )
-        .await?;
-        match rig {
-            Ok(rig) => Ok(Checked::Reports(
-                charge_once::run_checks(exercise, rig, &options.only, on_report).await?,
-            )),
-            Err(not_ready) => Ok(Checked::NotReady(not_ready)),
-        }
-    }
-    .await;
-    space.release(servers, false).await?;
-    result
-}
-
-/// The `relay` exercise: the lab's provider and payment service (on Redis under the run's
-/// prefix), the learner's relay between the lab's client and that service, through the fault
-/// proxy on both sides.
-async fn check_relay(
-    exercise: &'static Exercise,
-    subject: Subject,
-    servers: &Servers,
-    options: &CheckOptions,
-    on_report: &mut dyn FnMut(&CheckReport),
-) -> Result<Checked, ExerciseError> {
-    let Subject::Program { dir, manifest } = subject else {
-        return Err(ExerciseError::Target(
-            "--target does not apply to relay: the lab starts the relay itself, between its client and its payment service".into(),
-        ));
-    };
-    let Some(redis) = &servers.redis else {
-        return Err(ExerciseError::Target("Redis is needed".into()));
-    };
-    let space = RunSpace::create(servers, &[]).await?;
-    let result = async {
-        guest::Guest::new(&dir, manifest.clone(), 0, options.guest_env.clone())?
-            .build()
-            .await?;
-        let chain = relay::open(
-            &space.run_id,
-            &space.prefix,
-            &redis.url,
-            dir,
-            manifest,
-            options.guest_env.clone(),
-        )
-        .await?;
-        match chain {
-            Ok(chain) => Ok(Checked::Reports(
-                relay::run_checks(exercise, chain, &options.only, on_report).await?,
-            )),
-            Err(not_ready) => Ok(Checked::NotReady(not_ready)),
-        }
-    }
-    .await;
-    space.release(servers, false).await?;
-    result
-}
-
-/// The `invoice-consumer` exercise: the lab's mailer, a stream and a consumer group per check
-/// under the run's prefix, and the learner's consumers started for each check, their link to
-/// Redis through the fault proxy.
-async fn check_invoice_consumer(
-    exercise: &'static Exercise,
-    subject: Subject,
-    servers: &Servers,
-    options: &CheckOptions,
-    on_report: &mut dyn FnMut(&CheckReport),
-) -> Result<Checked, ExerciseError> {
-    let Subject::Program { dir, manifest } = subject else {
-        return Err(ExerciseError::Target(
-            "--target does not apply to invoice-consumer: the lab starts and kills the consumers itself".into(),
-        ));
+        return Err(ExerciseError::Target(format!(
+            "--target does not apply to {}: the lab starts your program itself, with its services and Redis behind the fault proxy",
+            exercise.name
+        )));
     };
     let Some(redis) = &servers.redis else {
         return Err(ExerciseError::Target("Redis is needed".into()));
@@ -369,19 +279,52 @@ async fn check_invoice_consumer(
         guest::Guest::new(&dir, manifest.clone(), 0, options.guest_env.clone())?
             .build()
             .await?;
-        let depot = invoice_consumer::open(
-            &space.run_id,
-            &space.prefix,
-            redis.conn.clone(),
-            &redis_addr,
-            dir,
-            manifest,
-            options.guest_env.clone(),
-        )
-        .await?;
-        Ok(Checked::Reports(
-            invoice_consumer::run_checks(exercise, depot, &options.only, on_report).await?,
-        ))
+        let env = options.guest_env.clone();
+        let (only, seed) = (&options.only, options.seed);
+        let reports = match exercise.name {
+            "charge-once" => {
+                let prefix = format!("{}idempotency:", space.prefix);
+                let conn = redis.conn.clone();
+                match charge_once::open(
+                    &space.run_id,
+                    prefix,
+                    conn,
+                    &redis_addr,
+                    dir,
+                    manifest,
+                    env,
+                )
+                .await?
+                {
+                    Ok(rig) => world::run_checks(exercise, rig, only, seed, on_report).await?,
+                    Err(not_ready) => return Ok(Checked::NotReady(not_ready)),
+                }
+            }
+            "relay" => {
+                match relay::open(&space.run_id, &space.prefix, &redis.url, dir, manifest, env)
+                    .await?
+                {
+                    Ok(chain) => world::run_checks(exercise, chain, only, seed, on_report).await?,
+                    Err(not_ready) => return Ok(Checked::NotReady(not_ready)),
+                }
+            }
+            "invoice-consumer" => {
+                let conn = redis.conn.clone();
+                let depot = invoice_consumer::open(
+                    &space.run_id,
+                    &space.prefix,
+                    conn,
+                    &redis_addr,
+                    dir,
+                    manifest,
+                    env,
+                )
+                .await?;
+                world::run_checks(exercise, depot, only, seed, on_report).await?
+            }
+            other => unreachable!("{other} is not one of the payments lesson's exercises"),
+        };
+        Ok(Checked::Reports(reports))
     }
     .await;
     space.release(servers, false).await?;
@@ -537,48 +480,4 @@ async fn open_arena(
         client,
         schedule: Vec::new(),
     })
-}
-
-async fn run_checks(
-    exercise: &'static Exercise,
-    mut arena: arena::Arena,
-    options: &CheckOptions,
-    on_report: &mut dyn FnMut(&CheckReport),
-) -> Result<Vec<CheckReport>, ExerciseError> {
-    let mut reports = Vec::new();
-    for spec in exercise.checks {
-        if !options.only.is_empty() && !options.only.iter().any(|o| o == spec.name) {
-            continue;
-        }
-        arena.schedule.clear();
-        let mark = arena.guest.as_ref().map_or(0, guest::Guest::mark);
-        let verdict = if spec.restarts && arena.guest.is_none() {
-            Verdict::Skipped(lab_core::Msg::new("skipped.target"))
-        } else {
-            match exercise.name {
-                "report-api" => report_api::run(spec.name, &mut arena).await?,
-                other => unreachable!("no checks for {other}"),
-            }
-        };
-        arena.proxy.disarm_all_faults();
-        let output = match (&verdict, &arena.guest) {
-            (Verdict::Fail(_) | Verdict::Unknown(_), Some(guest)) => {
-                Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
-            }
-            _ => None,
-        };
-        let report = CheckReport {
-            name: spec.name,
-            verdict,
-            schedule: std::mem::take(&mut arena.schedule),
-            seed: spec.seeded.then_some(options.seed),
-            output,
-        };
-        on_report(&report);
-        reports.push(report);
-    }
-    if let Some(mut guest) = arena.guest.take() {
-        guest.stop().await;
-    }
-    Ok(reports)
 }

@@ -35,13 +35,14 @@ use tokio::task::JoinHandle;
 use crate::arena::send;
 use crate::catalogue::{CheckSpec, Exercise};
 use crate::error::ExerciseError;
-use crate::guest::{Guest, NotReady};
+use crate::guest::{Guest, Mark, NotReady};
 use crate::manifest::Manifest;
 use crate::payment_world::{
     AMOUNT, Intent, LabProvider, Reached, STAGING_LIMIT, charged, keys_of, launch, payment_call,
     send_held, status_of,
 };
-use crate::verdict::{CheckReport, Exchange, Line, Verdict};
+use crate::verdict::{Exchange, Line, Verdict};
+use crate::world::World;
 
 pub static EXERCISE: Exercise = Exercise {
     name: "relay",
@@ -386,11 +387,6 @@ impl Chain {
         self.recorder = None;
         self.payments.stop().await;
         self.provider.stop().await;
-    }
-
-    async fn output_since(&self, mark: u64) -> Option<String> {
-        let guest = self.guest.as_ref()?;
-        Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
     }
 }
 
@@ -753,44 +749,30 @@ async fn deadline(chain: &mut Chain) -> Checked {
     Ok(Verdict::Pass)
 }
 
-/// Runs the selected checks on `chain`, calling `on_report` as each ends.
-pub async fn run_checks(
-    exercise: &'static Exercise,
-    mut chain: Chain,
-    only: &[String],
-    on_report: &mut dyn FnMut(&CheckReport),
-) -> Result<Vec<CheckReport>, ExerciseError> {
-    let mut reports = Vec::new();
-    for spec in exercise.checks {
-        if !only.is_empty() && !only.iter().any(|o| o == spec.name) {
-            continue;
-        }
-        chain.schedule.clear();
-        let mark = chain.guest.as_ref().map_or(0, Guest::mark);
-        let verdict = run(spec.name, &mut chain).await;
-        chain.down.disarm_all_faults();
-        chain.inbound.disarm_all_faults();
-        let verdict = match verdict {
-            Ok(verdict) => verdict,
-            Err(e) => {
-                chain.close().await;
-                return Err(e);
-            }
-        };
-        let output = match verdict {
-            Verdict::Fail(_) | Verdict::Unknown(_) => chain.output_since(mark).await,
-            _ => None,
-        };
-        let report = CheckReport {
-            name: spec.name,
-            verdict,
-            schedule: std::mem::take(&mut chain.schedule),
-            seed: None,
-            output,
-        };
-        on_report(&report);
-        reports.push(report);
+impl World for Chain {
+    fn schedule(&mut self) -> &mut Vec<Line> {
+        &mut self.schedule
     }
-    chain.close().await;
-    Ok(reports)
+
+    fn mark(&self) -> Mark {
+        self.guest.as_ref().map(Guest::mark).unwrap_or_default()
+    }
+
+    async fn check(&mut self, name: &str) -> Checked {
+        run(name, self).await
+    }
+
+    async fn after(&mut self) {
+        self.down.disarm_all_faults();
+        self.inbound.disarm_all_faults();
+    }
+
+    async fn output(&self, mark: &Mark) -> Option<String> {
+        let guest = self.guest.as_ref()?;
+        Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
+    }
+
+    async fn close(self) {
+        Chain::close(self).await;
+    }
 }

@@ -35,7 +35,9 @@ use rand::{RngExt as _, SeedableRng as _};
 use crate::arena::{Arena, PATIENT, Via, read_rows, report_body, send};
 use crate::catalogue::{CheckSpec, Exercise};
 use crate::error::ExerciseError;
+use crate::guest::{Guest, Mark};
 use crate::verdict::{Exchange, Outcome, ReportRow, Verdict, who};
+use crate::world::World;
 
 pub static EXERCISE: Exercise = Exercise {
     name: "report-api",
@@ -656,4 +658,39 @@ async fn hostile(a: &mut Arena) -> Checked {
     }
     let _ = read_rows(&a.pool, task).await?;
     Ok(broke.map_or(Verdict::Pass, Verdict::Fail))
+}
+
+impl World for Arena {
+    fn schedule(&mut self) -> &mut Vec<crate::verdict::Line> {
+        &mut self.schedule
+    }
+
+    /// With `--target` the lab cannot kill and start the service again.
+    fn skipped(&self, spec: &CheckSpec) -> Option<Verdict> {
+        (spec.restarts && self.guest.is_none())
+            .then(|| Verdict::Skipped(Msg::new("skipped.target")))
+    }
+
+    fn mark(&self) -> Mark {
+        self.guest.as_ref().map(Guest::mark).unwrap_or_default()
+    }
+
+    async fn check(&mut self, name: &str) -> Result<Verdict, ExerciseError> {
+        run(name, self).await
+    }
+
+    async fn after(&mut self) {
+        self.proxy.disarm_all_faults();
+    }
+
+    async fn output(&self, mark: &Mark) -> Option<String> {
+        let guest = self.guest.as_ref()?;
+        Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
+    }
+
+    async fn close(mut self) {
+        if let Some(mut guest) = self.guest.take() {
+            guest.stop().await;
+        }
+    }
 }

@@ -26,9 +26,10 @@ use sqlx::PgPool;
 use crate::arena::read_rows;
 use crate::catalogue::{CheckSpec, Exercise};
 use crate::error::ExerciseError;
-use crate::guest::Guest;
+use crate::guest::{Guest, Mark};
 use crate::manifest::Manifest;
-use crate::verdict::{CheckReport, Line, ReportRow, TaskRow, Verdict};
+use crate::verdict::{Line, ReportRow, TaskRow, Verdict};
+use crate::world::World;
 
 pub static EXERCISE: Exercise = Exercise {
     name: "worker",
@@ -190,7 +191,7 @@ impl Yard {
     }
 
     /// The output of the check's workers, for a check that did not pass.
-    async fn output(&self) -> Option<String> {
+    async fn workers_output(&self) -> Option<String> {
         let mut said = Vec::new();
         for (who, worker) in &self.workers {
             let output = worker.output().await;
@@ -473,39 +474,6 @@ async fn no_open_transaction(y: &mut Yard) -> Checked {
     verdict(judge_done(&row, &rows, 1))
 }
 
-/// Runs the selected checks in `yard`, calling `on_report` as each ends.
-pub async fn run_checks(
-    exercise: &'static Exercise,
-    mut yard: Yard,
-    only: &[String],
-    on_report: &mut dyn FnMut(&CheckReport),
-) -> Result<Vec<CheckReport>, ExerciseError> {
-    let mut reports = Vec::new();
-    for spec in exercise.checks {
-        if !only.is_empty() && !only.iter().any(|o| o == spec.name) {
-            continue;
-        }
-        yard.schedule.clear();
-        yard.workers.clear();
-        let verdict = run(spec.name, &mut yard).await?;
-        let output = match verdict {
-            Verdict::Fail(_) | Verdict::Unknown(_) => yard.output().await,
-            _ => None,
-        };
-        let report = CheckReport {
-            name: spec.name,
-            verdict,
-            schedule: std::mem::take(&mut yard.schedule),
-            seed: None,
-            output,
-        };
-        on_report(&report);
-        reports.push(report);
-    }
-    yard.service.stop().await;
-    Ok(reports)
-}
-
 /// Starts the lab's report service on the run's schema, with checkpoints the checks hold.
 pub fn report_service(
     pool: PgPool,
@@ -515,4 +483,24 @@ pub fn report_service(
         .with_pg(pool)
         .with_checkpoints(checkpoints);
     crate::payment_world::launch(&reports::SPEC, env)
+}
+
+impl World for Yard {
+    fn schedule(&mut self) -> &mut Vec<Line> {
+        &mut self.schedule
+    }
+
+    async fn check(&mut self, name: &str) -> Checked {
+        // Each check's workers are its own (started for it), and so is their output.
+        self.workers.clear();
+        run(name, self).await
+    }
+
+    async fn output(&self, _mark: &Mark) -> Option<String> {
+        self.workers_output().await
+    }
+
+    async fn close(self) {
+        self.service.stop().await;
+    }
 }

@@ -254,6 +254,12 @@ fn clock_seed() -> u64 {
 
 fn list(words: &Words) -> Result<u8, Failure> {
     say!("{}", words.common("list.heading"));
+    // One column for the names, as wide as the longest.
+    let width = lab_exercises::EXERCISES
+        .iter()
+        .map(|e| e.name.len())
+        .max()
+        .unwrap_or(0);
     for exercise in lab_exercises::EXERCISES {
         let checks: Vec<&str> = exercise.checks.iter().map(|c| c.name).collect();
         let progress = match state::progress(&default_dir(exercise.name), &checks) {
@@ -267,14 +273,15 @@ fn list(words: &Words) -> Result<u8, Failure> {
             Progress::Passed => words.common("progress.passed"),
         };
         say!(
-            "  {:<12} {} · {} · {}",
+            "  {:<width$} {} · {} · {}",
             exercise.name,
             words.common(Msg::new(format!("lesson.{}", exercise.lesson))),
             exercise.langs.join(", "),
             progress
         );
         say!(
-            "               {}",
+            "  {:width$} {}",
+            "",
             words.of(exercise, &Msg::new("summary"))
         );
     }
