@@ -989,7 +989,8 @@ async fn verify(
                         runs += checked;
                     }
                 }
-                if exercise.rust_uses_idem {
+                // The payment service's solutions in both languages, on one Redis.
+                if exercise.name == lab_exercises::charge_once::EXERCISE.name {
                     bad += verify_cross_replay(servers, words, exercise, scratch.path()).await?;
                     runs += 1;
                 }
