@@ -1,9 +1,11 @@
 //! `lab exercise`: the learner writes the fix, and the lab attacks it.
 //!
 //! The lab's scenarios show failures on code the lab wrote. An exercise turns the same attacks
-//! on the learner's own program, in any language: the lab starts throwaway PostgreSQL, gives the
-//! program a schema of its own and a port, starts it from its manifest, and runs checks whose
-//! oracle is real state (the rows the lab reads back), never the program's own answers. Each
+//! on the learner's own program, in any language: the lab starts throwaway PostgreSQL (lesson 6)
+//! or Redis (the payments lesson), gives the program a schema or a key prefix of its own, starts
+//! it from its manifest, and runs checks whose oracle is real state (the rows the lab reads
+//! back; the charges and emails its own provider and mailer counted), never the program's own
+//! answers. Each
 //! check ends pass, fail (the invariant it broke, and the schedule that broke it, replayable by
 //! seed) or unknown (the check could not decide).
 //!
@@ -19,14 +21,20 @@
 //!   oracle's connections, the schedule being recorded.
 //! - [`verdict`]: pass / fail / unknown / skipped, and the schedule's lines.
 //! - [`state`]: the learner's progress, kept beside their code.
-//! - One module per exercise with its checks: [`report_api`] (the learner's service, attacked
-//!   from outside), [`worker`] (the learner's worker, run against the lab's report service),
-//!   [`charge_once`] (the learner's payment service, on Redis and the lab's provider, through
-//!   the fault proxy).
+//! - One module per exercise with its checks, in the course's order: [`report_api`] (the
+//!   learner's service, attacked from outside), [`worker`] (the learner's worker, run against
+//!   the lab's report service); the payments lesson's [`charge_once`] (the learner's payment
+//!   service, on Redis and the lab's provider, through the fault proxy), [`relay`] (the
+//!   learner's hop between the lab's client and the lab's payment service) and
+//!   [`invoice_consumer`] (the learner's consumer of a Redis Stream, against the lab's mailer).
+//! - [`payment_world`]: what the payments lesson's exercises share: the lab's provider (their
+//!   oracle), the payment intents, calls held at a service's checkpoint.
+//! - `world`: the one loop that runs an exercise's selected checks in its world, makes the
+//!   world whole after each, and reports each as it ends.
 //!
 //! [`check`] is the whole of one `lab exercise check`: it takes servers the caller started
-//! (and stops), and cleans up everything it started itself (the run's schema, the proxy, the
-//! program) on every way out; dropped halfway (Ctrl-C), the program's process group is killed
+//! (and stops), and cleans up everything it started itself (the run's schema or key prefix,
+//! the proxy, the lab's services, the program) on every way out; dropped halfway (Ctrl-C), the program's process group is killed
 //! by [`guest::Guest`]'s drop and the schema by the servers' list of live runs.
 
 pub mod arena;
