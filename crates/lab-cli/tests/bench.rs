@@ -232,6 +232,48 @@ fn report_api_makes_exactly_one_report_per_key() {
     }
 }
 
+/// `--pgbench`: the same statements through PostgreSQL's own client on the same server, a third
+/// row (`.ci/run`'s machine has pgbench with PostgreSQL's client programs).
+#[test]
+fn report_api_sends_the_same_statements_through_pgbench() {
+    let out = run(&[
+        "bench",
+        "report-api",
+        "--requests",
+        "200",
+        "--keys",
+        "20",
+        "--concurrency",
+        "4",
+        "--pgbench",
+        "--format",
+        "json",
+    ]);
+    assert_code(&out, 0);
+    let rows = rows(&out);
+    let via: Vec<&str> = rows.iter().map(|r| r["via"].as_str().unwrap()).collect();
+    assert_eq!(via, ["http", "sqlx", "pgbench"], "{}", stdout(&out));
+    let pgbench = &rows[2];
+    // 4 clients × 50 transactions, over keys drawn at random from 20.
+    let reports = pgbench["reports"].as_u64().unwrap();
+    assert!((1..=20).contains(&reports), "{pgbench}");
+    assert_eq!(
+        pgbench["created"].as_u64().unwrap() + pgbench["replayed"].as_u64().unwrap(),
+        200
+    );
+    assert!(
+        pgbench["requests_per_sec"].as_f64().unwrap() > 0.0,
+        "{pgbench}"
+    );
+    assert!(
+        pgbench["p50_us"].as_f64().unwrap() <= pgbench["p99_us"].as_f64().unwrap(),
+        "{pgbench}"
+    );
+    for row in &rows {
+        assert!(row["ratio_to_pgbench"].as_f64().unwrap() > 0.0, "{row}");
+    }
+}
+
 #[test]
 fn report_api_refuses_a_target_that_is_not_a_url() {
     let out = run(&["bench", "report-api", "--target", "localhost:8480"]);

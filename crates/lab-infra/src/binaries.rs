@@ -106,6 +106,17 @@ fn debian_versions() -> Option<PgBinaries> {
     versions.into_iter().rev().find_map(|(_, dir)| in_dir(&dir))
 }
 
+/// Finds PostgreSQL's own benchmark client, `pgbench`: on `PATH`, or beside the server
+/// programs (Debian keeps it in the versioned directory as well).
+pub async fn find_pgbench() -> Option<PathBuf> {
+    if let Some(found) = on_disk(|| on_path("pgbench")).await {
+        return Some(found);
+    }
+    let server = find_postgres().await?;
+    let beside = server.initdb.parent()?.join("pgbench");
+    on_disk(move || is_executable(&beside).then_some(beside)).await
+}
+
 /// Finds `redis-server`, or `None`.
 pub async fn find_redis() -> Option<PathBuf> {
     on_disk(|| on_path("redis-server")).await

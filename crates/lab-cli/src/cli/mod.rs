@@ -126,7 +126,9 @@ Examples:
   lab bench report-api                      10000 requests over 1000 keys, 8 clients
   lab bench report-api --requests 5000 --keys 500 --concurrency 50
   lab bench report-api --target http://127.0.0.1:8480
-                                            a running `lab serve`: its reports are counted over HTTP";
+                                            a running `lab serve`: its reports are counted over HTTP
+  lab bench report-api --concurrency 50 --pgbench
+                                            and the same statements through pgbench -M prepared";
 
 /// lab: see, on real PostgreSQL and Redis, why retries duplicate side effects and how
 /// idempotency stops it.
@@ -509,6 +511,11 @@ pub enum BenchCommand {
         /// embedded one
         #[arg(long, value_name = "URL")]
         target: Option<String>,
+        /// Also send the same four statements through PostgreSQL's own client, `pgbench -M
+        /// prepared`, against the same server in the same run (a third row: the database's
+        /// own limit)
+        #[arg(long)]
+        pgbench: bool,
     },
 }
 

@@ -51,13 +51,14 @@ pub async fn bench(
             keys,
             concurrency,
             target,
+            pgbench,
         } => {
             let load = report_api::Load {
                 requests: *requests,
                 keys: *keys,
                 concurrency: *concurrency,
             };
-            report_api::run(session, load, target.as_deref()).await
+            report_api::run(session, load, target.as_deref(), *pgbench).await
         }
     }
 }

@@ -8,6 +8,9 @@
 //! sqlx   BEGIN; INSERT … ON CONFLICT (idempotency_key) DO NOTHING RETURNING id;
 //!        if no row: SELECT id, payload_hash … WHERE idempotency_key = $1; COMMIT
 //!        (crates/lab-services/src/reports.rs, `create_report_to_the_end`), keys <tag>-sqlx-<k>
+//! pgbench  (with --pgbench) the same four statements through `pgbench -M prepared`, C clients,
+//!        on the same server and schema, keys <tag>-pgbench-<k> with k drawn at random (pgbench
+//!        has no transaction counter): the database's own client, the ceiling of the other two
 //! ```
 //!
 //! The embedded service is started as `lab run` starts it (a `Stage` on a run schema of a
@@ -57,13 +60,29 @@ pub struct Load {
     pub concurrency: u32,
 }
 
-pub async fn run(session: Session, load: Load, target: Option<&str>) -> Result<u8, Failure> {
+pub async fn run(
+    session: Session,
+    load: Load,
+    target: Option<&str>,
+    pgbench: bool,
+) -> Result<u8, Failure> {
     let target = target.map(check_target).transpose()?;
-    let bar = progress(session.color(), 2 * load.requests);
+    let pgbench = match pgbench {
+        true => Some(
+            lab_infra::binaries::find_pgbench()
+                .await
+                .ok_or_else(|| Failure::environment(anyhow!(t("bench.no_pgbench"))))?,
+        ),
+        false => None,
+    };
+    let sides_count = if pgbench.is_some() { 3 } else { 2 };
+    let bar = progress(session.color(), sides_count * load.requests);
     let sides = session
         .with_servers(
             Needs::POSTGRES,
-            async |servers| both_sides(servers, load, target.as_deref(), &bar).await,
+            async |servers| {
+                all_sides(servers, load, target.as_deref(), pgbench.as_deref(), &bar).await
+            },
             async |_, ended| {
                 bar.finish_and_clear();
                 ended.into_result()
@@ -71,9 +90,11 @@ pub async fn run(session: Session, load: Load, target: Option<&str>) -> Result<u
         )
         .await?;
     // Exactly K reports on each side, or the protection failed (drift, exit 1). A target whose
-    // reports cannot be counted is said so, and does not fail the bench.
+    // reports cannot be counted is said so, and does not fail the bench; pgbench draws its keys
+    // at random, so it may not reach every one of them.
     let exact = sides
         .iter()
+        .filter(|s| s.via != PGBENCH)
         .all(|s| s.reports.is_none_or(|n| n == load.keys));
     let shown = target.as_deref().unwrap_or("embedded");
     if session.format() == Format::Json {
@@ -85,17 +106,41 @@ pub async fn run(session: Session, load: Load, target: Option<&str>) -> Result<u
 }
 
 /// Both sides on a run schema of their own, released however they end.
-async fn both_sides(
+async fn all_sides(
     servers: &lab_infra::Servers,
     load: Load,
     target: Option<&str>,
+    pgbench: Option<&std::path::Path>,
     bar: &indicatif::ProgressBar,
-) -> Result<[Side; 2], Failure> {
+) -> Result<Vec<Side>, Failure> {
     let space = RunSpace::create(servers, &stage::schemas(&[&reports::SPEC]))
         .await
         .map_err(Failure::environment)?;
     let tasks = TaskTracker::new();
-    let sides = measure_sides(&space, &tasks, load, target, bar).await;
+    let mut sides = measure_sides(&space, &tasks, load, target, bar).await;
+    if let (Ok(measured), Some(program)) = (&mut sides, pgbench) {
+        let url = servers
+            .postgres
+            .as_ref()
+            .map(|pg| pg.target.guest_url(&space.schema))
+            .transpose()
+            .map_err(Failure::environment)?
+            .unwrap_or_default();
+        let pool = space.pg.clone().expect("the bench's space has PostgreSQL");
+        match through_pgbench(
+            program,
+            &url,
+            &pool,
+            &format!("bench-{}", space.run_id),
+            load,
+            bar,
+        )
+        .await
+        {
+            Ok(side) => measured.push(side),
+            Err(e) => sides = Err(e),
+        }
+    }
     tasks.close();
     tasks.wait().await;
     let _ = space.release(servers, false).await;
@@ -110,7 +155,7 @@ async fn measure_sides(
     load: Load,
     target: Option<&str>,
     bar: &indicatif::ProgressBar,
-) -> Result<[Side; 2], Failure> {
+) -> Result<Vec<Side>, Failure> {
     let tag = format!("bench-{}", space.run_id);
     let pool = space.pg.clone().ok_or_else(|| {
         Failure::environment(anyhow!(t(
@@ -146,7 +191,7 @@ async fn measure_sides(
     bar.set_message("sqlx");
     let mut direct = directly(&pool, &tag, load, bar).await?;
     direct.reports = Some(count_in_database(&pool, &format!("{tag}-sqlx-")).await?);
-    Ok([http, direct])
+    Ok(vec![http, direct])
 }
 
 /// The report service, started as a scenario run starts it, on the bench's space.
@@ -169,8 +214,12 @@ async fn embedded_service(space: &RunSpace, tasks: &TaskTracker) -> Result<Stage
 }
 
 /// One JSON object per side.
-fn print_json(sides: &[Side; 2], load: Load, target: &str) {
+fn print_json(sides: &[Side], load: Load, target: &str) {
     let direct_rate = sides[1].sample.ops_per_sec();
+    let pgbench_rate = sides
+        .iter()
+        .find(|s| s.via == PGBENCH)
+        .map(|s| tenth(s.sample.ops_per_sec()));
     for side in sides {
         let ops_per_sec = tenth(side.sample.ops_per_sec());
         say!(
@@ -190,13 +239,14 @@ fn print_json(sides: &[Side; 2], load: Load, target: &str) {
                 "reports": side.reports,
                 "expected_reports": load.keys,
                 "ratio_to_sqlx": ops_per_sec / tenth(direct_rate).max(f64::MIN_POSITIVE),
+                "ratio_to_pgbench": pgbench_rate.map(|p| ops_per_sec / p.max(f64::MIN_POSITIVE)),
             })
         );
     }
 }
 
 /// The table for people, and what its rows mean.
-fn print_text(sides: &[Side; 2], load: Load, target: &str, exact: bool, elsewhere: bool) {
+fn print_text(sides: &[Side], load: Load, target: &str, exact: bool, elsewhere: bool) {
     let direct_rate = sides[1].sample.ops_per_sec();
     say!(
         "{}",
@@ -239,6 +289,20 @@ fn print_text(sides: &[Side; 2], load: Load, target: &str, exact: bool, elsewher
     print_table(&header, &cells, 1);
     say!();
     say!("{}", t("bench.report_means"));
+    if let Some(pgbench) = sides.iter().find(|s| s.via == PGBENCH) {
+        let of = |side: &Side| {
+            format!(
+                "{:.2}",
+                side.sample.ops_per_sec() / pgbench.sample.ops_per_sec().max(f64::MIN_POSITIVE)
+            )
+        };
+        say!(
+            "{}",
+            t(Msg::new("bench.report_pgbench")
+                .arg("http", of(&sides[0]))
+                .arg("sqlx", of(&sides[1])))
+        );
+    }
     if elsewhere {
         say!("{}", t("bench.report_direct_elsewhere"));
     }
@@ -452,4 +516,138 @@ async fn count_through_api(url: &str, prefix: &str) -> Option<u64> {
             })
             .count() as u64,
     )
+}
+
+/// The name of the pgbench side, in the table and the JSON rows.
+const PGBENCH: &str = "pgbench";
+
+/// The pgbench script of the service's transaction: the same four statements (BEGIN, the keyed
+/// INSERT, the SELECT of the stored report, COMMIT), with key `<tag>-pgbench-<k>` for a `k`
+/// drawn from `0..keys`. The SELECT runs every time: a script cannot skip it when the INSERT
+/// returned a row, and the service sends it only then; this makes pgbench's side, if anything,
+/// the slower.
+fn pgbench_script(tag: &str, keys: u64) -> String {
+    let key = format!("'{tag}-pgbench-' || :k");
+    let one_line = |sql: &str| sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    let insert = one_line(reports::INSERT_KEYED)
+        .replace("$1", ":k + 1")
+        .replace("$2", &format!("'{REPORT_TYPE}'"))
+        .replace("$3", &key)
+        .replace("$4", "'pgbench'");
+    let select = one_line(reports::SELECT_BY_KEY).replace("$1", &key);
+    format!(
+        "\\set k random(0, {last})\nBEGIN;\n{insert};\n{select};\nCOMMIT;\n",
+        last = keys.saturating_sub(1)
+    )
+}
+
+/// The same statements through `pgbench -M prepared` (C clients, two threads as this machine
+/// has two cores), on the same schema of the same server; its per-transaction log gives the
+/// latencies, and its own `tps` (without the connections' set-up) the rate.
+async fn through_pgbench(
+    program: &std::path::Path,
+    url: &str,
+    pool: &PgPool,
+    tag: &str,
+    load: Load,
+    bar: &indicatif::ProgressBar,
+) -> Result<Side, Failure> {
+    bar.set_message(PGBENCH);
+    let scratch = tempfile::tempdir().map_err(Failure::environment)?;
+    let script = scratch.path().join("report.sql");
+    std::fs::write(&script, pgbench_script(tag, load.keys)).map_err(Failure::environment)?;
+    let clients = u64::from(load.concurrency);
+    let per_client = load.requests.div_ceil(clients);
+    let threads = load.concurrency.min(2);
+    let out = tokio::process::Command::new(program)
+        .args(["--no-vacuum", "--protocol=prepared", "--log"])
+        .arg(format!(
+            "--log-prefix={}",
+            scratch.path().join("tx").display()
+        ))
+        .arg(format!("--client={clients}"))
+        .arg(format!("--jobs={threads}"))
+        .arg(format!("--transactions={per_client}"))
+        .arg(format!("--file={}", script.display()))
+        .arg(url)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(Failure::environment)?;
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).to_string();
+        return Err(Failure::environment(anyhow!(t(Msg::new(
+            "bench.pgbench_failed"
+        )
+        .arg("error", lab_infra::url::redact(why.trim()))))));
+    }
+    let tps: f64 = said
+        .lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| {
+            Failure::environment(anyhow!(t(
+                Msg::new("bench.pgbench_failed").arg("error", "no tps in its output")
+            )))
+        })?;
+    // Each log line: client, transaction, its time in microseconds, script, when it ended.
+    let mut latencies = Vec::new();
+    for entry in std::fs::read_dir(scratch.path()).map_err(Failure::environment)? {
+        let path = entry.map_err(Failure::environment)?.path();
+        if !path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("tx"))
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).map_err(Failure::environment)?;
+        latencies.extend(text.lines().filter_map(|line| {
+            let micros: u64 = line.split_whitespace().nth(2)?.parse().ok()?;
+            Some(Duration::from_micros(micros))
+        }));
+    }
+    latencies.sort();
+    let ops = latencies.len() as u64;
+    bar.inc(load.requests);
+    let created = count_in_database(pool, &format!("{tag}-pgbench-")).await?;
+    Ok(Side {
+        via: PGBENCH,
+        sample: Sample {
+            ops,
+            elapsed: Duration::from_secs_f64(ops as f64 / tps.max(f64::MIN_POSITIVE)),
+            latencies,
+        },
+        created,
+        replayed: ops.saturating_sub(created),
+        reports: Some(created),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pgbench_script_sends_the_services_statements() {
+        let script = pgbench_script("bench-1", 20);
+        assert!(script.starts_with("\\set k random(0, 19)\n"), "{script}");
+        assert!(
+            script.contains("ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"),
+            "{script}"
+        );
+        assert!(
+            script.contains("VALUES (:k + 1, 'bench', 'bench-1-pgbench-' || :k, 'pgbench')"),
+            "{script}"
+        );
+        assert!(
+            script.contains("WHERE idempotency_key = 'bench-1-pgbench-' || :k;"),
+            "{script}"
+        );
+        assert!(
+            !script.contains('$'),
+            "every placeholder replaced: {script}"
+        );
+        assert_eq!(script.lines().count(), 5);
+    }
 }
