@@ -304,12 +304,11 @@ impl Depot {
             .collect())
     }
 
-    /// Whether entry `id` was delivered and acked (it is not pending, and the group's last
-    /// delivered id is at or past it).
+    /// Whether entry `id` was delivered and acked. Read in this order, delivered first (the
+    /// group's last delivered id is at or past it), then not pending: a delivered entry stays
+    /// pending until it is acked, so this cannot mistake an entry delivered between the two
+    /// reads for an acked one.
     async fn acked(&mut self, id: &str) -> Result<bool, ExerciseError> {
-        if self.pending().await?.iter().any(|p| p.id == id) {
-            return Ok(false);
-        }
         let groups: Vec<redis::Value> = redis::cmd("XINFO")
             .arg("GROUPS")
             .arg(&self.stream)
@@ -317,7 +316,11 @@ impl Depot {
             .await
             .map_err(redis_error)?;
         let last = groups.first().and_then(last_delivered);
-        Ok(last.is_some_and(|last| entry_order(&last) >= entry_order(id)))
+        let delivered = last.is_some_and(|last| entry_order(&last) >= entry_order(id));
+        if !delivered {
+            return Ok(false);
+        }
+        Ok(!self.pending().await?.iter().any(|p| p.id == id))
     }
 
     /// Waits until every entry of `ids` is acked, at most [`SETTLE_LIMIT`]; whether they were.
