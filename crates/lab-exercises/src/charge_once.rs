@@ -46,9 +46,9 @@ use crate::guest::{Guest, Mark, NotReady};
 use crate::manifest::Manifest;
 use crate::payment_world::{
     AMOUNT, Intent, LabProvider, OTHER_TENANT, Reached, STAGING_LIMIT, charged, glob_escape,
-    keys_of, payment_call, scan, send_held, status_of,
+    keys_of, must_be_charged, payment_call, redis_error, scan, send_held, status_of,
 };
-use crate::verdict::{ChargeRow, CheckReport, Exchange, Line, Verdict};
+use crate::verdict::{ChargeRow, CheckReport, Exchange, Line, Verdict, fail};
 use crate::world::World;
 
 pub static EXERCISE: Exercise = Exercise {
@@ -357,14 +357,6 @@ impl Rig {
     }
 }
 
-fn redis_error(e: redis::RedisError) -> ExerciseError {
-    ExerciseError::Target(format!("Redis: {e}"))
-}
-
-fn fail(key: &str) -> Msg {
-    Msg::new(format!("broke.{key}"))
-}
-
 /// Why an intent was charged more than once, named by what the provider saw: no key, a key
 /// that changed, or one stable key that a provider without deduplication could not use.
 fn charged_twice(what: &str, charges: &[ChargeRow], dedup: bool) -> Verdict {
@@ -403,17 +395,6 @@ pub async fn run(name: &str, rig: &mut Rig) -> Checked {
     }
 }
 
-/// The first payment of a check must be charged; the verdict that says it was not.
-fn first_charged(exchange: &Exchange) -> Result<(), Verdict> {
-    if charged(exchange) {
-        Ok(())
-    } else {
-        Err(Verdict::Fail(
-            fail("not_charged").arg("status", status_of(exchange)),
-        ))
-    }
-}
-
 macro_rules! judged {
     ($e:expr) => {
         if let Err(verdict) = $e {
@@ -427,7 +408,7 @@ async fn replay(rig: &mut Rig) -> Checked {
     let intent = Intent::new(1);
     rig.step(Msg::new("step.replay"));
     let first = rig.pay("client", &intent, "pay-1").await;
-    judged!(first_charged(&first));
+    judged!(must_be_charged(&first));
     let second = rig.pay("client", &intent, "pay-1").await;
     let charges = rig.charges(&intent).await?;
     if charges.len() > 1 {
@@ -457,7 +438,7 @@ async fn changed_payment(rig: &mut Rig) -> Checked {
     let intent = Intent::new(2);
     rig.step(Msg::new("step.changed_payment"));
     let first = rig.pay("client", &intent, "pay-2").await;
-    judged!(first_charged(&first));
+    judged!(must_be_charged(&first));
     let changed = intent.with_amount(AMOUNT + 1000);
     let second = rig.pay("client", &changed, "pay-2").await;
     let charges = rig.charges(&intent).await?;
@@ -482,7 +463,7 @@ async fn new_key(rig: &mut Rig) -> Checked {
     let intent = Intent::new(3);
     rig.step(Msg::new("step.new_key"));
     let first = rig.pay("client", &intent, "pay-3a").await;
-    judged!(first_charged(&first));
+    judged!(must_be_charged(&first));
     let second = rig.pay("client", &intent, "pay-3b").await;
     let charges = rig.charges(&intent).await?;
     if !charged(&second) || second.replayed_header || second.charge_id == first.charge_id {
@@ -656,7 +637,7 @@ async fn tenants(rig: &mut Rig) -> Checked {
     };
     rig.step(Msg::new("step.tenants"));
     let a = rig.pay("tenant_1", &first, "pay-7").await;
-    judged!(first_charged(&a));
+    judged!(must_be_charged(&a));
     let b = rig.pay("tenant_2", &second, "pay-7").await;
     let charges_b = rig.charges(&second).await?;
     if !charged(&b) || b.replayed_header || b.charge_id == a.charge_id || charges_b.len() != 1 {
@@ -682,7 +663,7 @@ async fn result_ttl(rig: &mut Rig) -> Checked {
     let intent = Intent::new(9);
     rig.step(Msg::new("step.result_ttl").arg("window", window as i64));
     let first = rig.pay("client", &intent, "pay-9").await;
-    judged!(first_charged(&first));
+    judged!(must_be_charged(&first));
     let found = rig.keys_naming("pay-9").await?;
     let prefix = rig.prefix.clone();
     // Another run's keys on a shared Redis (`lab:<its run>:…`) are not this program's.
@@ -731,7 +712,7 @@ async fn redis_blip(rig: &mut Rig) -> Checked {
     let warm = Intent::new(10);
     rig.step(Msg::new("step.warm"));
     let answer = rig.pay("client", &warm, "pay-10").await;
-    judged!(first_charged(&answer));
+    judged!(must_be_charged(&answer));
     rig.step(Msg::new("step.blip"));
     rig.redis_hop.set_enabled(false).await?;
     rig.redis_hop.set_enabled(true).await?;
@@ -908,7 +889,7 @@ pub async fn cross_replay(
                         .arg("replayed", replayed_in.as_str()),
                 );
                 let paid = rig.pay_at(payer, &intent, key).await;
-                judged!(first_charged(&paid));
+                judged!(must_be_charged(&paid));
                 let replayed = rig.pay_at(replayer, &intent, key).await;
                 let charges = rig.charges(&intent).await?;
                 if charges.len() != 1
@@ -961,8 +942,7 @@ impl World for Rig {
     }
 
     async fn output(&self, mark: &Mark) -> Option<String> {
-        let guest = self.guest.as_ref()?;
-        Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
+        self.guest.as_ref()?.said_since(mark).await
     }
 
     async fn close(self) {

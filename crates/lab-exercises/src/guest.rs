@@ -282,6 +282,11 @@ impl Guest {
         self.output_since(&Mark::default()).await
     }
 
+    /// What the program printed after `mark`, if it printed anything.
+    pub async fn said_since(&self, mark: &Mark) -> Option<String> {
+        Some(self.output_since(mark).await).filter(|o| !o.trim().is_empty())
+    }
+
     /// The last lines the program printed after `mark`: what it said during one check, not
     /// its start-up banner. A mark of another guest (the program was started again since, with
     /// a log of its own) counts from the start.

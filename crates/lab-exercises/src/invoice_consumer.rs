@@ -39,8 +39,8 @@ use crate::catalogue::{CheckSpec, Exercise};
 use crate::error::ExerciseError;
 use crate::guest::{Guest, Mark};
 use crate::manifest::Manifest;
-use crate::payment_world::{STAGING_LIMIT, TENANT, glob_escape, launch, scan};
-use crate::verdict::{Line, Verdict};
+use crate::payment_world::{STAGING_LIMIT, TENANT, glob_escape, launch, redis_error, scan};
+use crate::verdict::{Line, Verdict, fail};
 use crate::world::World;
 
 pub static EXERCISE: Exercise = Exercise {
@@ -204,10 +204,6 @@ pub async fn open(
         http: reqwest::Client::new(),
         schedule: Vec::new(),
     })
-}
-
-fn redis_error(e: redis::RedisError) -> ExerciseError {
-    ExerciseError::Target(format!("Redis: {e}"))
 }
 
 /// One pending entry: its id, and how often it was delivered.
@@ -496,10 +492,6 @@ fn last_delivered(group: &redis::Value) -> Option<String> {
 fn entry_order(id: &str) -> (u64, u64) {
     let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
     (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
-}
-
-fn fail(key: &str) -> Msg {
-    Msg::new(format!("broke.{key}"))
 }
 
 /// Exactly one email for `job`'s invoice; the verdict that says otherwise.

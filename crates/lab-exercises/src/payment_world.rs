@@ -219,7 +219,7 @@ pub async fn scan(
             .arg(1000)
             .query_async(conn)
             .await
-            .map_err(|e| ExerciseError::Target(format!("Redis: {e}")))?;
+            .map_err(redis_error)?;
         found.extend(keys);
         if next == 0 {
             break;
@@ -229,6 +229,11 @@ pub async fn scan(
     found.sort();
     found.dedup();
     Ok(found)
+}
+
+/// A Redis failure of the lab's own, reading its oracle.
+pub fn redis_error(e: redis::RedisError) -> ExerciseError {
+    ExerciseError::Target(format!("Redis: {e}"))
 }
 
 /// `key` as a literal inside a SCAN pattern.
@@ -246,6 +251,16 @@ pub fn glob_escape(key: &str) -> String {
 /// A 2xx answer that names a charge.
 pub fn charged(exchange: &Exchange) -> bool {
     exchange.status.is_some_and(|s| (200..300).contains(&s)) && exchange.charge_id.is_some()
+}
+
+/// A payment's answer must be its Charge; the verdict that says it was not.
+pub fn must_be_charged(exchange: &Exchange) -> Result<(), crate::verdict::Verdict> {
+    if charged(exchange) {
+        return Ok(());
+    }
+    Err(crate::verdict::Verdict::Fail(
+        crate::verdict::fail("not_charged").arg("status", status_of(exchange)),
+    ))
 }
 
 /// An answer's status for a message: `-` when none came.

@@ -38,10 +38,10 @@ use crate::error::ExerciseError;
 use crate::guest::{Guest, Mark, NotReady};
 use crate::manifest::Manifest;
 use crate::payment_world::{
-    AMOUNT, Intent, LabProvider, Reached, STAGING_LIMIT, charged, keys_of, launch, payment_call,
-    send_held, status_of,
+    AMOUNT, Intent, LabProvider, Reached, STAGING_LIMIT, charged, keys_of, launch, must_be_charged,
+    payment_call, send_held, status_of,
 };
-use crate::verdict::{Exchange, Line, Verdict};
+use crate::verdict::{Exchange, Line, Verdict, fail};
 use crate::world::World;
 
 pub static EXERCISE: Exercise = Exercise {
@@ -390,27 +390,12 @@ impl Chain {
     }
 }
 
-fn fail(key: &str) -> Msg {
-    Msg::new(format!("broke.{key}"))
-}
-
 macro_rules! judged {
     ($e:expr) => {
         if let Err(verdict) = $e {
             return Ok(verdict);
         }
     };
-}
-
-/// A payment's answer must be its Charge; the verdict that says it was not.
-fn must_be_charged(exchange: &Exchange) -> Result<(), Verdict> {
-    if charged(exchange) {
-        Ok(())
-    } else {
-        Err(Verdict::Fail(
-            fail("not_charged").arg("status", status_of(exchange)),
-        ))
-    }
 }
 
 /// One charge for the intent, made with the client's key; the verdict that says otherwise.
@@ -768,8 +753,7 @@ impl World for Chain {
     }
 
     async fn output(&self, mark: &Mark) -> Option<String> {
-        let guest = self.guest.as_ref()?;
-        Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
+        self.guest.as_ref()?.said_since(mark).await
     }
 
     async fn close(self) {

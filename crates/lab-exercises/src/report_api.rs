@@ -684,8 +684,7 @@ impl World for Arena {
     }
 
     async fn output(&self, mark: &Mark) -> Option<String> {
-        let guest = self.guest.as_ref()?;
-        Some(guest.output_since(mark).await).filter(|o| !o.trim().is_empty())
+        self.guest.as_ref()?.said_since(mark).await
     }
 
     async fn close(mut self) {

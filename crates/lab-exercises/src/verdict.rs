@@ -41,6 +41,11 @@ impl Verdict {
     }
 }
 
+/// The one line of a failed check: `broke.<key>` in the exercise's texts.
+pub fn fail(key: &str) -> Msg {
+    Msg::new(format!("broke.{key}"))
+}
+
 /// Who made a call, as a message: `client`, `client.2`, or a hostile request's label.
 pub fn who(raw: &str) -> Msg {
     match raw.strip_prefix("client.") {
