@@ -26,7 +26,7 @@ use lab_core::gate::{Flush, Look, Options, Pause, Place, Screen, Sofar, Viewer};
 use lab_core::narrator::SharedSink;
 use lab_core::render::{JsonRenderer, Renderer, TextRenderer, WriteSink, swimlanes};
 use lab_core::text::COMMON;
-use lab_core::{Gate, Lang, Msg, Narrator};
+use lab_core::{Bounds, Gate, Lang, Msg, Narrator};
 use lab_infra::{Needs, Origin, ServerOptions, Servers};
 use lab_scenarios::{Library, ProxyLedger, RunConfig, Settings};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -209,6 +209,11 @@ impl Session {
     /// A narrator that renders live and pauses at the session's gate.
     pub fn live_narrator(&self, sink: &SharedSink) -> Narrator {
         Narrator::new(Some(sink.clone()), self.gate.clone())
+    }
+
+    /// A live narrator within `bounds` (`lab serve`'s, which runs until it is stopped).
+    pub fn live_narrator_within(&self, sink: &SharedSink, bounds: Bounds) -> Narrator {
+        Narrator::bounded(Some(sink.clone()), self.gate.clone(), bounds)
     }
 
     /// Resolves when Ctrl-C or SIGTERM has come (at once, if one came already).

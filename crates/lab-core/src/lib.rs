@@ -36,5 +36,5 @@ pub use event::{CodePlace, Event, Executed, Fault, Outcome, Server, Table};
 pub use facts::{FactCheck, Facts};
 pub use gate::{Gate, Quit};
 pub use lang::Lang;
-pub use narrator::Narrator;
+pub use narrator::{Bounds, Narrator};
 pub use text::{Arg, Msg, Texts};

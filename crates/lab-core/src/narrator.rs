@@ -4,12 +4,17 @@
 //! Every event goes to the sink (the live renderer) at once, so the learner sees each step as it
 //! happens, and is recorded, so `lab check` can render the whole run again in both languages.
 //! The step methods are `async` because in step mode they wait at the [`Gate`].
+//!
+//! A scenario run is short, and keeps every event. `lab serve` runs until it is stopped and
+//! answers whatever is sent to it, a load generator too: its narrator has [`Bounds`], so a
+//! storm of requests neither floods the terminal (lines from the services beyond a rate are
+//! counted, and the count is told once a second) nor grows the record without end.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -44,6 +49,48 @@ struct Inner {
     /// The state views shown so far that can be read again, by table title key, in the order
     /// they were first shown.
     views: Mutex<Vec<(String, Reread)>>,
+    bounds: Bounds,
+    /// The lines from services shown and held back in the current second (with
+    /// [`Bounds::service_lines_per_second`]).
+    window: Mutex<Window>,
+}
+
+/// Limits for a narrator that runs as long as a server does (`lab serve`); a scenario run has
+/// none ([`Bounds::NONE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Events kept for looks (`lab serve --step`): beyond it, the oldest half is forgotten.
+    pub history: Option<usize>,
+    /// Lines from services shown per second: the rest are counted, and the count is told as a
+    /// note when the second is over (at the next line, or at [`Narrator::tell_held_back`]).
+    pub service_lines_per_second: Option<u32>,
+}
+
+impl Bounds {
+    pub const NONE: Bounds = Bounds {
+        history: None,
+        service_lines_per_second: None,
+    };
+}
+
+/// One second of lines from services.
+struct Window {
+    started: Instant,
+    shown: u32,
+    held_back: u64,
+}
+
+impl Window {
+    /// Starts a new second if this one is over; returns how many lines the one that ended held
+    /// back, if any.
+    fn roll(&mut self, now: Instant) -> Option<u64> {
+        if now.duration_since(self.started) < Duration::from_secs(1) {
+            return None;
+        }
+        self.started = now;
+        self.shown = 0;
+        Some(std::mem::take(&mut self.held_back)).filter(|&n| n > 0)
+    }
 }
 
 /// Reads a state view again: the same query (or Redis read) that produced a table the scenario
@@ -94,6 +141,11 @@ pub struct CallView {
 impl Narrator {
     /// A narrator that renders into `sink` (if any) and pauses at `gate`.
     pub fn new(sink: Option<SharedSink>, gate: Gate) -> Narrator {
+        Narrator::bounded(sink, gate, Bounds::NONE)
+    }
+
+    /// A narrator as [`Narrator::new`], within `bounds`.
+    pub fn bounded(sink: Option<SharedSink>, gate: Gate, bounds: Bounds) -> Narrator {
         Narrator {
             inner: Arc::new(Inner {
                 sink,
@@ -103,6 +155,12 @@ impl Narrator {
                 expected_steps: AtomicU32::new(0),
                 facts: Mutex::new(Facts::new()),
                 views: Mutex::new(Vec::new()),
+                bounds,
+                window: Mutex::new(Window {
+                    started: Instant::now(),
+                    shown: 0,
+                    held_back: 0,
+                }),
             }),
         }
     }
@@ -183,7 +241,14 @@ impl Narrator {
         if let Some(sink) = &self.inner.sink {
             sink.lock().emit(&event);
         }
-        self.inner.events.lock().push(event);
+        let mut events = self.inner.events.lock();
+        if let Some(history) = self.inner.bounds.history
+            && events.len() >= history.max(2)
+        {
+            // Half at a time, so forgetting costs nothing per event on average.
+            events.drain(..(history / 2).max(1));
+        }
+        events.push(event);
     }
 
     pub fn start(&self, scenario: &str) {
@@ -260,6 +325,9 @@ impl Narrator {
     /// Something inside a bundled service; in step mode, a pause. A quit here cannot reach the
     /// scenario through a request handler, so it is left to [`Gate::quit_requested`].
     pub async fn service(&self, service: &str, text: impl Into<Msg>) {
+        if !self.admit_service_line(Instant::now()) {
+            return;
+        }
         self.emit(Event::Service {
             service: service.to_string(),
             text: text.into(),
@@ -269,6 +337,54 @@ impl Narrator {
 
     pub fn state(&self, table: Table) {
         self.emit(Event::State { table });
+    }
+
+    /// Whether a line from a service is shown now, within [`Bounds::service_lines_per_second`];
+    /// tells first how many the second before held back.
+    fn admit_service_line(&self, now: Instant) -> bool {
+        let Some(limit) = self.inner.bounds.service_lines_per_second else {
+            return true;
+        };
+        let (admitted, held_back) = {
+            let mut window = self.inner.window.lock();
+            let held_back = window.roll(now);
+            let admitted = window.shown < limit;
+            if admitted {
+                window.shown += 1;
+            } else {
+                window.held_back += 1;
+            }
+            (admitted, held_back)
+        };
+        if let Some(count) = held_back {
+            self.note_held_back(count, limit);
+        }
+        admitted
+    }
+
+    /// Tells how many lines from services were held back, once their second is over: `lab
+    /// serve` calls it every second, so the count of a storm's last second is told when the
+    /// storm ends, not at the next request.
+    pub fn tell_held_back(&self) {
+        self.tell_held_back_at(Instant::now());
+    }
+
+    fn tell_held_back_at(&self, now: Instant) {
+        let Some(limit) = self.inner.bounds.service_lines_per_second else {
+            return;
+        };
+        let held_back = self.inner.window.lock().roll(now);
+        if let Some(count) = held_back {
+            self.note_held_back(count, limit);
+        }
+    }
+
+    fn note_held_back(&self, count: u64, limit: u32) {
+        self.note(
+            Msg::new("cli.serve.held_back")
+                .arg("count", count.to_string())
+                .arg("limit", limit.to_string()),
+        );
     }
 
     /// A table, as [`Narrator::state`], that `s` in step mode reads again with `reread`, to
@@ -358,5 +474,103 @@ impl Narrator {
     /// Everything emitted so far, in order.
     pub fn events(&self) -> Vec<Event> {
         self.inner.events.lock().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held_back_notes(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Note { text } if text.key == "cli.serve.held_back" => {
+                    Some(format!("{text:?}"))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn services(events: &[Event]) -> usize {
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Service { .. }))
+            .count()
+    }
+
+    /// Beyond the rate, lines from services are counted, not shown; the count is told once
+    /// their second is over, and a new second shows lines again. (The clock is passed in: the
+    /// test decides when a second is over.)
+    #[test]
+    fn lines_beyond_the_rate_are_held_back_and_counted() {
+        let bounds = Bounds {
+            history: None,
+            service_lines_per_second: Some(2),
+        };
+        let narrator = Narrator::bounded(None, Gate::default(), bounds);
+        let start = narrator.inner.window.lock().started;
+        let line = |at: Duration| {
+            if narrator.admit_service_line(start + at) {
+                narrator.emit(Event::Service {
+                    service: "reports".into(),
+                    text: Msg::new("reports.replayed"),
+                });
+            }
+        };
+        for _ in 0..5 {
+            line(Duration::from_millis(10));
+        }
+        assert_eq!(
+            services(&narrator.events()),
+            2,
+            "two shown in the first second"
+        );
+        assert!(
+            held_back_notes(&narrator.events()).is_empty(),
+            "told only once it is over"
+        );
+        // The second is not over yet: nothing to tell.
+        narrator.tell_held_back_at(start + Duration::from_millis(900));
+        assert!(held_back_notes(&narrator.events()).is_empty());
+        narrator.tell_held_back_at(start + Duration::from_millis(1100));
+        let notes = held_back_notes(&narrator.events());
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("\"3\""), "three held back: {notes:?}");
+        // A new second shows lines again, and a quiet second tells nothing.
+        line(Duration::from_millis(1200));
+        narrator.tell_held_back_at(start + Duration::from_millis(2300));
+        assert_eq!(services(&narrator.events()), 3);
+        assert_eq!(held_back_notes(&narrator.events()).len(), 1);
+    }
+
+    /// Without bounds (a scenario run) every line is shown and every event kept.
+    #[test]
+    fn a_scenario_narrator_keeps_everything() {
+        let narrator = Narrator::recording();
+        let now = Instant::now();
+        for _ in 0..500 {
+            assert!(narrator.admit_service_line(now));
+            narrator.note(Msg::new("x"));
+        }
+        assert_eq!(narrator.events().len(), 500);
+    }
+
+    /// With a history bound the record stays within it, and keeps the newest events.
+    #[test]
+    fn the_history_keeps_the_newest_events_within_its_bound() {
+        let bounds = Bounds {
+            history: Some(10),
+            service_lines_per_second: None,
+        };
+        let narrator = Narrator::bounded(None, Gate::default(), bounds);
+        for n in 0..95 {
+            narrator.note(Msg::new("n").arg("n", n.to_string()));
+        }
+        let events = narrator.events();
+        assert!(events.len() <= 10, "{}", events.len());
+        let last = format!("{:?}", events.last().expect("events"));
+        assert!(last.contains("\"94\""), "{last}");
     }
 }

@@ -67,6 +67,11 @@ impl RunSpace {
                     // Enough for the concurrent scenarios: two requests, a worker, a reader.
                     .max_connections(8)
                     .acquire_timeout(Duration::from_secs(10))
+                    // No ping before each acquire: sqlx's default sends one on every checkout,
+                    // a round trip as dear as a statement (a transaction was ping, BEGIN, INSERT,
+                    // COMMIT: four where three do). A dead connection still fails its first
+                    // statement, and the pool drops it.
+                    .test_before_acquire(false)
                     .connect_with(
                         options
                             .options([("search_path", schema.as_str())])

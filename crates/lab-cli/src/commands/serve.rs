@@ -17,13 +17,16 @@
 
 use std::collections::BTreeMap;
 
-use lab_core::Checkpoints;
+use std::time::Duration;
+
+use lab_core::{Bounds, Checkpoints, Narrator};
 use lab_infra::{Needs, Origin, RunSpace, Servers};
 use lab_services::faults::Faults;
 use lab_services::stage::Hop;
 use lab_services::stage::{self, Ports, Stage, StageConfig};
 use lab_services::{ALL, ServiceSpec};
 use tokio::net::TcpListener;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use lab_core::Msg;
@@ -234,6 +237,8 @@ struct Serving {
     stage: Stage,
     faults: Faults,
     tasks: TaskTracker,
+    /// Ends the task that tells, once a second, how many lines the narrator held back.
+    _teller: tokio_util::sync::DropGuard,
 }
 
 impl Serving {
@@ -258,11 +263,13 @@ async fn start(
         .await
         .map_err(Failure::environment)?;
     let tasks = TaskTracker::new();
-    match start_services(session, plan, bound, servers, &space, &tasks).await {
+    let narrator = session.live_narrator_within(&session.sink(), BOUNDS);
+    match start_services(plan, bound, servers, &space, &tasks, &narrator).await {
         Ok((stage, faults)) => Ok(Serving {
             space,
             stage,
             faults,
+            _teller: tell_held_back_every_second(narrator, &tasks),
             tasks,
         }),
         Err(failure) => {
@@ -273,14 +280,39 @@ async fn start(
     }
 }
 
+/// What `lab serve`'s narrator keeps and shows. A person reads a few lines a second; a load
+/// generator (`wrk` against the report service) makes thousands, and rendering each cost a fifth
+/// of the service's throughput under such a storm, for lines nobody can read. Forty a second
+/// is more than any class sends by hand. A look (`--step`) shows the last thousand events.
+const BOUNDS: Bounds = Bounds {
+    history: Some(1000),
+    service_lines_per_second: Some(40),
+};
+
+/// Tells the narrator's held-back count every second, until the guard is dropped.
+fn tell_held_back_every_second(narrator: Narrator, tasks: &TaskTracker) -> DropGuard {
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    tasks.spawn(async move {
+        let mut every_second = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = stopped.cancelled() => return,
+                _ = every_second.tick() => narrator.tell_held_back(),
+            }
+        }
+    });
+    stop.drop_guard()
+}
+
 /// Starts the API and the services, and prints where they are.
 async fn start_services(
-    session: &Session,
     plan: &Plan,
     bound: Bound,
     servers: &Servers,
     space: &RunSpace,
     tasks: &TaskTracker,
+    narrator: &Narrator,
 ) -> Result<(Stage, Faults), Failure> {
     let faults = Faults::embedded_on(bound.api, "", tasks).map_err(Failure::environment)?;
     // Every service behind its proxy, and the services' link to Redis behind one too.
@@ -291,7 +323,7 @@ async fn start_services(
         .collect();
     let config = StageConfig {
         space,
-        narrator: Some(session.live_narrator(&session.sink())),
+        narrator: Some(narrator.clone()),
         checkpoints: Checkpoints::new(),
         tasks: tasks.clone(),
         faults: Some(&faults),
