@@ -280,6 +280,15 @@ fn report_api_refuses_a_target_that_is_not_a_url() {
     assert_code(&out, 2);
 }
 
+/// The load generator speaks plain HTTP/1.1, as wrk does: an https target is refused up front
+/// (exit 2), not failed on its first request.
+#[test]
+fn report_api_refuses_an_https_target() {
+    let out = run(&["bench", "report-api", "--target", "https://127.0.0.1:8480"]);
+    assert_code(&out, 2);
+    assert!(stderr(&out).contains("plain HTTP/1.1"), "{}", stderr(&out));
+}
+
 #[test]
 fn report_api_says_when_the_target_does_not_answer() {
     // Port 1 on loopback: nothing listens there.
