@@ -27,7 +27,7 @@ use crate::error::{Error, Stage, StorageCause, StorageError, Unprotected};
 use crate::key::{self, DEFAULT_PREFIX, Identifiers, ValidationError};
 use crate::observe::{Event, EventKind, Observer};
 use crate::policy::{InFlight, InvalidKey, OnStorageError, Ownership, Policy};
-use crate::record::{Record, utc_timestamp};
+use crate::record::{PendingTimes, Record, StoredRecord, utc_timestamp};
 use crate::store::{Reservation, Store};
 
 /// Coordinates idempotent calls over one Redis connection.
@@ -124,7 +124,7 @@ struct Call<'a> {
     fingerprint: Option<&'a str>,
     ttl: Duration,
     record_key: String,
-    /// The fence counter's key; only used with [`Ownership::Fenced`].
+    /// The fence counter's key with [`Ownership::Fenced`]; empty (and never sent) otherwise.
     fence_key: String,
 }
 
@@ -217,7 +217,7 @@ where
         let record_key = self.record_key(operation, key);
         match self.store.read(Stage::Read, &record_key).await? {
             None => Ok(None),
-            Some(stored) => parse_record(&stored)
+            Some(stored) => parse_owned_record(&stored)
                 .map(Some)
                 .map_err(|reason| StorageError::new(Stage::Read, StorageCause::Corrupt(reason))),
         }
@@ -258,7 +258,11 @@ where
             ids,
             fingerprint: request.fingerprint,
             ttl: request.ttl,
-            fence_key: key::fence_key(&self.prefix, &record_key),
+            // Only the fenced scripts use the counter; the compatible policy never builds its key.
+            fence_key: match self.policy.ownership {
+                Ownership::Fenced => key::fence_key(&self.prefix, &record_key),
+                Ownership::Unchecked => String::new(),
+            },
             record_key,
         };
         match self.policy.in_flight {
@@ -357,10 +361,19 @@ where
         let deadline = Instant::now() + self.policy.lease;
         let mut reported_in_flight = false;
         loop {
-            let (owner, mut pending, attempt) = self.try_reserve(call).await;
+            let (owner, times, attempt) = self.try_reserve(call).await;
             let stored = match attempt {
                 Ok(Reservation::Reserved { fence }) => {
                     self.emit(call, EventKind::Reserved { fence });
+                    // The record we wrote, kept for the renewals; only now, since most attempts
+                    // of a busy key find its result instead.
+                    let mut pending = Record::pending_at(
+                        call.ids.operation,
+                        call.ids.key,
+                        call.fingerprint,
+                        times,
+                        owner.as_deref(),
+                    );
                     pending.fence = fence;
                     return Ok(Claimed::Ours(Claim {
                         owner,
@@ -401,21 +414,26 @@ where
 
     /// One reservation attempt, one round trip: a fresh pending record (with a fresh owner token
     /// under [`Ownership::Fenced`]) sent as `SET NX` or the fenced script. Returns the token and
-    /// the record with what Redis answered, so the caller can keep them if the key became ours.
+    /// the record's times with what Redis answered, so the caller can keep the record if the key
+    /// became ours.
     async fn try_reserve(
         &self,
         call: &Call<'_>,
-    ) -> (Option<String>, Record, Result<Reservation, StorageError>) {
+    ) -> (
+        Option<String>,
+        PendingTimes,
+        Result<Reservation, StorageError>,
+    ) {
         let owner = match self.policy.ownership {
             Ownership::Fenced => Some(uuid::Uuid::new_v4().simple().to_string()),
             Ownership::Unchecked => None,
         };
-        let pending = Record::pending(
+        let times = PendingTimes::starting(SystemTime::now(), self.policy.lease);
+        let pending = Record::pending_json(
             call.ids.operation,
             call.ids.key,
             call.fingerprint,
-            SystemTime::now(),
-            self.policy.lease,
+            &times,
             owner.as_deref(),
         );
         let attempt = match (self.policy.ownership, &owner) {
@@ -424,7 +442,7 @@ where
                     .reserve_fenced(
                         &call.record_key,
                         &call.fence_key,
-                        &pending.to_json(),
+                        &pending,
                         owner,
                         self.policy.lease,
                         self.policy.lease + self.policy.fence_retention,
@@ -433,7 +451,7 @@ where
             }
             _ => {
                 self.store
-                    .reserve(&call.record_key, &pending.to_json(), self.policy.lease)
+                    .reserve(&call.record_key, &pending, self.policy.lease)
                     .await
             }
         };
@@ -448,7 +466,7 @@ where
             }
             sent.reply
         });
-        (owner, pending, attempt)
+        (owner, times, attempt)
     }
 
     /// Runs the action while keeping the reservation alive (if the policy renews).
@@ -853,7 +871,11 @@ where
 
     /// `KeyReused` when both sides have a fingerprint and they differ; with `None` on either side
     /// the key alone decides (idempotency-kit's rule).
-    fn check_fingerprint<E>(&self, call: &Call<'_>, record: &Record) -> Result<(), Error<E>> {
+    fn check_fingerprint<E>(
+        &self,
+        call: &Call<'_>,
+        record: &StoredRecord<'_>,
+    ) -> Result<(), Error<E>> {
         if fingerprints_differ(call.fingerprint, record.fingerprint.as_deref()) {
             self.emit(call, EventKind::KeyReused);
             return Err(Error::KeyReused {
@@ -901,7 +923,13 @@ fn fingerprints_differ(ours: Option<&str>, stored: Option<&str>) -> bool {
 }
 
 /// A stored value as a record, or why it is not one.
-fn parse_record(stored: &[u8]) -> Result<Record, String> {
+fn parse_record(stored: &[u8]) -> Result<StoredRecord<'_>, String> {
+    let text = std::str::from_utf8(stored).map_err(|_| "the value is not UTF-8".to_owned())?;
+    StoredRecord::from_json(text).map_err(|error| format!("not an idempotency record: {error}"))
+}
+
+/// A stored value as a record of its own (for [`Coordinator::read`]), or why it is not one.
+fn parse_owned_record(stored: &[u8]) -> Result<Record, String> {
     let text = std::str::from_utf8(stored).map_err(|_| "the value is not UTF-8".to_owned())?;
     Record::from_json(text).map_err(|error| format!("not an idempotency record: {error}"))
 }

