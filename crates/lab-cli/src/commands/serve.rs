@@ -238,13 +238,14 @@ struct Serving {
     faults: Faults,
     tasks: TaskTracker,
     /// Ends the task that tells, once a second, how many lines the narrator held back.
-    _teller: tokio_util::sync::DropGuard,
+    teller: DropGuard,
 }
 
 impl Serving {
     /// Stops the services gracefully, then the proxies, then drops the session's schema and
     /// keys (unless `--keep`).
     async fn stop(self, servers: &Servers, keep: bool) {
+        drop(self.teller);
         self.stage.stop().await;
         self.faults.release().await;
         self.tasks.close();
@@ -269,7 +270,7 @@ async fn start(
             space,
             stage,
             faults,
-            _teller: tell_held_back_every_second(narrator, &tasks),
+            teller: tell_held_back_every_second(narrator, &tasks),
             tasks,
         }),
         Err(failure) => {
