@@ -924,12 +924,18 @@ fn fingerprints_differ(ours: Option<&str>, stored: Option<&str>) -> bool {
 
 /// A stored value as a record, or why it is not one.
 fn parse_record(stored: &[u8]) -> Result<StoredRecord<'_>, String> {
-    let text = std::str::from_utf8(stored).map_err(|_| "the value is not UTF-8".to_owned())?;
-    StoredRecord::from_json(text).map_err(|error| format!("not an idempotency record: {error}"))
+    StoredRecord::from_json(stored_text(stored)?).map_err(not_a_record)
 }
 
 /// A stored value as a record of its own (for [`Coordinator::read`]), or why it is not one.
 fn parse_owned_record(stored: &[u8]) -> Result<Record, String> {
-    let text = std::str::from_utf8(stored).map_err(|_| "the value is not UTF-8".to_owned())?;
-    Record::from_json(text).map_err(|error| format!("not an idempotency record: {error}"))
+    Record::from_json(stored_text(stored)?).map_err(not_a_record)
+}
+
+fn stored_text(stored: &[u8]) -> Result<&str, String> {
+    std::str::from_utf8(stored).map_err(|_| "the value is not UTF-8".to_owned())
+}
+
+fn not_a_record(error: serde_json::Error) -> String {
+    format!("not an idempotency record: {error}")
 }

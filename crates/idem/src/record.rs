@@ -96,20 +96,6 @@ impl Record {
         serde_json::from_str(self.result.get())
     }
 
-    /// A reservation written at `now`, lasting `lease`.
-    #[cfg(test)]
-    pub(crate) fn pending(
-        operation: &str,
-        key: &str,
-        fingerprint: Option<&str>,
-        now: SystemTime,
-        lease: Duration,
-        owner: Option<&str>,
-    ) -> Record {
-        let times = PendingTimes::starting(now, lease);
-        Record::pending_at(operation, key, fingerprint, times, owner)
-    }
-
     /// A reservation with these times.
     pub(crate) fn pending_at(
         operation: &str,
@@ -449,7 +435,8 @@ mod tests {
     #[test]
     fn a_pending_record_has_the_python_shape() {
         let now = UNIX_EPOCH + Duration::from_micros(1_796_004_038_338_793);
-        let record = Record::pending("op", "k", None, now, Duration::from_secs(30), None);
+        let times = PendingTimes::starting(now, Duration::from_secs(30));
+        let record = Record::pending_at("op", "k", None, times, None);
         assert_eq!(
             record.to_json(),
             r#"{"operation":"op","idempotency_key":"k","result":null,"created_at":"2026-11-30T02:00:38.338793Z","expires_at":"2026-11-30T02:01:08.338793Z","status":"pending","fingerprint":null}"#

@@ -243,10 +243,11 @@ impl Narrator {
         }
         let mut events = self.inner.events.lock();
         if let Some(history) = self.inner.bounds.history
-            && events.len() >= history.max(2)
+            && events.len() >= history
         {
-            // Half at a time, so forgetting costs nothing per event on average.
-            events.drain(..(history / 2).max(1));
+            // Down to half at a time, so forgetting costs nothing per event on average.
+            let forgotten = events.len() - history / 2;
+            events.drain(..forgotten);
         }
         events.push(event);
     }
@@ -345,19 +346,14 @@ impl Narrator {
         let Some(limit) = self.inner.bounds.service_lines_per_second else {
             return true;
         };
-        let (admitted, held_back) = {
-            let mut window = self.inner.window.lock();
-            let held_back = window.roll(now);
-            let admitted = window.shown < limit;
-            if admitted {
-                window.shown += 1;
-            } else {
-                window.held_back += 1;
-            }
-            (admitted, held_back)
-        };
-        if let Some(count) = held_back {
-            self.note_held_back(count, limit);
+        // A second that is over is told first, then this line counts in the new one.
+        self.tell_held_back_at(now);
+        let mut window = self.inner.window.lock();
+        let admitted = window.shown < limit;
+        if admitted {
+            window.shown += 1;
+        } else {
+            window.held_back += 1;
         }
         admitted
     }

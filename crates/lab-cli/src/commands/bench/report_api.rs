@@ -449,14 +449,10 @@ struct Target {
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 impl Target {
-    /// The target of a `--target` (or the embedded service's) URL; plain HTTP only.
+    /// The target of an http URL: `--target` (which `check_target` has refused unless it is
+    /// one) or the embedded service's.
     fn of(url: &str) -> Result<Target, Failure> {
         let parsed = url::Url::parse(url).map_err(service_failed)?;
-        if parsed.scheme() != "http" {
-            return Err(Failure::usage(t(Msg::new("bench.bad_target")
-                .arg("url", url)
-                .arg("reason", t("bench.plain_http")))));
-        }
         let host = parsed.host_str().unwrap_or_default();
         let port = parsed.port_or_known_default().unwrap_or(80);
         let address = format!("{host}:{port}");
