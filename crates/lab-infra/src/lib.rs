@@ -34,12 +34,15 @@
 //!   killed one left behind.
 //! - [`servers`]: the servers of one `lab` call, given or throwaway.
 //! - [`space`]: the per-run schema and key prefix.
+//! - [`pool`]: [`pool::LeanPool`], a pool of PostgreSQL connections that gives one back without
+//!   a round trip when its work ended cleanly (the report service's hot path).
 //! - [`url`]: accepting the URL forms learners are told to export ([`url::PgTarget`]: a
 //!   PostgreSQL URL parsed once), redacting passwords, and the per-run URL for psql.
 
 pub mod binaries;
 mod copy;
 pub mod leftovers;
+pub mod pool;
 pub mod postgres;
 pub mod process;
 pub mod redis_server;

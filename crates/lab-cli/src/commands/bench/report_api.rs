@@ -14,8 +14,9 @@
 //! ```
 //!
 //! The embedded service is started as `lab run` starts it (a `Stage` on a run schema of a
-//! throwaway PostgreSQL, or of `--database-url`), and the direct transaction runs on the same
-//! pool, so both sides have the same eight connections. With `--target URL` the requests go to
+//! throwaway PostgreSQL, or of `--database-url`), and the direct transaction runs on a pool of
+//! the same kind and size as the service's (`LeanPool::beside` the run's pool), so both sides
+//! have eight connections given back without a check after a commit. With `--target URL` the requests go to
 //! a running service (`lab serve`'s, or any service with this API), and the reports are counted
 //! through its `GET /reports`; the direct side then runs on a schema of our own PostgreSQL, which
 //! is not the target's database, so compare the two with that in mind. Reports made on a target
@@ -29,10 +30,12 @@ use axum::body::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::header::HeaderValue;
 use lab_core::{Checkpoints, Msg};
+use lab_infra::pool::LeanPool;
 use lab_infra::{Needs, RunSpace};
 use lab_services::reports::{self, CreateReport};
 use lab_services::stage::{self, Ports, Stage, StageConfig};
 use serde_json::json;
+use sqlx::Connection as _;
 use sqlx::PgPool;
 use tokio_util::task::TaskTracker;
 
@@ -192,7 +195,11 @@ async fn measure_sides(
         Some(url) => count_through_api(url, &format!("{tag}-http-")).await,
     };
     bar.set_message("sqlx");
-    let mut direct = directly(&pool, &tag, load, bar).await?;
+    // The same kind of pool as the service's, of the same size, on the same database.
+    let direct_pool = LeanPool::beside(&pool);
+    let direct = directly(&direct_pool, &tag, load, bar).await;
+    direct_pool.close().await;
+    let mut direct = direct?;
     direct.reports = Some(count_in_database(&pool, &format!("{tag}-sqlx-")).await?);
     Ok(vec![http, direct])
 }
@@ -494,7 +501,7 @@ impl Target {
 
 /// The service's transaction, sent directly: what a request costs without HTTP around it.
 async fn directly(
-    pool: &PgPool,
+    pool: &LeanPool,
     tag: &str,
     load: Load,
     bar: &indicatif::ProgressBar,
@@ -543,10 +550,15 @@ async fn directly(
 
 /// `create_report_to_the_end`'s transaction (reports.rs), without the service around it.
 /// Returns whether this call inserted the report.
-async fn create_report(pool: PgPool, key: String, req: CreateReport) -> Result<bool, sqlx::Error> {
+async fn create_report(
+    pool: LeanPool,
+    key: String,
+    req: CreateReport,
+) -> Result<bool, sqlx::Error> {
     let (key, req) = (key.as_str(), &req);
     let hash = reports::payload_hash(req);
-    let mut tx = pool.begin().await?;
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
     let inserted: Option<i64> = sqlx::query_scalar(lab_services::reports::INSERT_KEYED)
         .bind(req.task_id)
         .bind(&req.report_type)
@@ -556,6 +568,7 @@ async fn create_report(pool: PgPool, key: String, req: CreateReport) -> Result<b
         .await?;
     if inserted.is_some() {
         tx.commit().await?;
+        conn.release();
         return Ok(true);
     }
     let (_id, stored_hash): (i64, String) = sqlx::query_as(lab_services::reports::SELECT_BY_KEY)
@@ -563,6 +576,7 @@ async fn create_report(pool: PgPool, key: String, req: CreateReport) -> Result<b
         .fetch_one(&mut *tx)
         .await?;
     tx.commit().await?;
+    conn.release();
     if stored_hash != hash {
         return Err(sqlx::Error::Protocol(format!(
             "key {key} was stored with another payload"
