@@ -229,6 +229,12 @@ fn report_api_makes_exactly_one_report_per_key() {
             row["p50_us"].as_f64().unwrap() <= row["p99_us"].as_f64().unwrap(),
             "{row}"
         );
+        // The sides take turns; each tells its CPU per request: the lab's own (measured to the
+        // microsecond, so never 0 for a request that went through it), and the throwaway
+        // server's (read in clock ticks, so a short run may round it to 0).
+        assert_eq!(row["rounds"], 3, "{row}");
+        assert!(row["cpu_own_us"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["cpu_postgres_us"].as_f64().unwrap() >= 0.0, "{row}");
     }
 }
 
@@ -272,6 +278,8 @@ fn report_api_sends_the_same_statements_through_pgbench() {
     for row in &rows {
         assert!(row["ratio_to_pgbench"].as_f64().unwrap() > 0.0, "{row}");
     }
+    // pgbench's own CPU is its process's, waited for at the end of each of its rounds.
+    assert!(pgbench["cpu_own_us"].as_f64().unwrap() > 0.0, "{pgbench}");
 }
 
 #[test]

@@ -300,10 +300,15 @@ fn group_runs(pgid: Pid) -> bool {
     })
 }
 
-/// What `/proc/PID/stat` says of a process that the lab needs: its state and its group.
+/// What `/proc/PID/stat` says of a process that the lab needs: its state, its parent, its group,
+/// and the CPU it has used.
 pub(crate) struct ProcStat {
     pub state: String,
+    pub ppid: i32,
     pub pgrp: i32,
+    /// User and system time, in clock ticks: its own (`utime`, `stime`) and that of the children
+    /// it has waited for (`cutime`, `cstime`: a postmaster's ended backends).
+    pub cpu_ticks: u64,
 }
 
 impl ProcStat {
@@ -321,8 +326,47 @@ pub(crate) fn stat_of(proc_dir: &Path) -> Option<ProcStat> {
     let (_, fields) = stat.rsplit_once(')')?;
     let mut fields = fields.split_whitespace();
     let state = fields.next()?.to_string();
-    let pgrp = fields.nth(1)?.parse().ok()?;
-    Some(ProcStat { state, pgrp })
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    // After pgrp: session, tty_nr, tpgid, flags, minflt, cminflt, majflt, cmajflt, then the
+    // times: utime, stime, cutime, cstime.
+    let mut times = fields
+        .skip(8)
+        .take(4)
+        .map(|field| field.parse::<u64>().ok());
+    let mut cpu_ticks = 0;
+    for _ in 0..4 {
+        cpu_ticks += times.next()??;
+    }
+    Some(ProcStat {
+        state,
+        ppid,
+        pgrp,
+        cpu_ticks,
+    })
+}
+
+/// The CPU time (user and system) used so far by process `pid` and its children: a throwaway
+/// server's postmaster and its backends (each backend is a child of the postmaster, in a session
+/// of its own). A child that has ended counts through its parent, which waited for it. `None`
+/// where `/proc` cannot be read.
+pub fn family_cpu_time(pid: u32) -> Option<Duration> {
+    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&ticks| ticks > 0)?;
+    let ticks: u64 = fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|entry| {
+            let is_parent = entry.file_name().to_str()?.parse::<u32>().ok()? == pid;
+            let stat = stat_of(&entry.path())?;
+            (is_parent || u32::try_from(stat.ppid) == Ok(pid)).then_some(stat.cpu_ticks)
+        })
+        .sum();
+    Some(Duration::from_secs_f64(
+        ticks as f64 / ticks_per_second as f64,
+    ))
 }
 
 /// A running throwaway server and its temporary directory.
@@ -387,4 +431,27 @@ pub async fn log_tail(path: &Path, lines: usize) -> String {
     let text = tokio::fs::read_to_string(path).await.unwrap_or_default();
     let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     all[all.len().saturating_sub(lines)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A family's time is its own and its children's: a child that spent CPU and was waited for
+    /// adds its time to the parent's reading (a postmaster's ended backends count the same way).
+    #[test]
+    fn a_family_counts_the_children_it_waited_for() {
+        let me = std::process::id();
+        let before = family_cpu_time(me).expect("/proc is readable");
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 500000 ]; do i=$((i+1)); done"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let after = family_cpu_time(me).expect("/proc is readable");
+        assert!(
+            after >= before + Duration::from_millis(50),
+            "the child's loop counted: {before:?} -> {after:?}"
+        );
+    }
 }

@@ -117,6 +117,13 @@ pub struct PgServer {
 }
 
 impl PgServer {
+    /// The CPU time a throwaway server's processes (the postmaster and the backends still
+    /// connected) have used so far; `None` for a given server, whose processes are not ours to
+    /// read (`lab bench` shows the database's share of a request with it).
+    pub fn cpu_time(&self) -> Option<std::time::Duration> {
+        crate::process::family_cpu_time(self.throwaway.as_ref()?.pid())
+    }
+
     async fn shutdown(self) {
         self.admin.close().await;
         if let Some(server) = self.throwaway {

@@ -64,6 +64,7 @@ pub async fn bench(
 }
 
 /// One measured batch: how many calls, how long the batch took, and each call's latency.
+#[derive(Default)]
 pub struct Sample {
     pub ops: u64,
     pub elapsed: Duration,
@@ -72,6 +73,25 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// A batch whose calls took `latencies`, in `elapsed` as a whole.
+    pub fn new(elapsed: Duration, mut latencies: Vec<Duration>) -> Sample {
+        latencies.sort_unstable();
+        Sample {
+            ops: latencies.len() as u64,
+            elapsed,
+            latencies,
+        }
+    }
+
+    /// Adds `other`'s calls and time to this batch's: the batches of one side, run in turns with
+    /// the other sides', make one row.
+    pub fn absorb(&mut self, other: Sample) {
+        self.ops += other.ops;
+        self.elapsed += other.elapsed;
+        self.latencies.extend(other.latencies);
+        self.latencies.sort_unstable();
+    }
+
     /// Calls per second over the whole batch (not the mean of the latencies: with C callers in
     /// flight the batch finishes about C times sooner than the sum of its calls).
     pub fn ops_per_sec(&self) -> f64 {

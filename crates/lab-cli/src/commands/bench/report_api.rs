@@ -21,6 +21,12 @@
 //! through its `GET /reports`; the direct side then runs on a schema of our own PostgreSQL, which
 //! is not the target's database, so compare the two with that in mind. Reports made on a target
 //! stay there (the API cannot delete them); their keys carry the bench's tag.
+//!
+//! The sides take turns ([`ROUNDS`]), so that a machine whose speed drifts slows every side
+//! alike, and each row tells the CPU a request cost its own process and the database (a
+//! throwaway server's processes, read in `/proc`): on two cores that client, service and
+//! PostgreSQL share, that sum is what bounds a side's rate, and the README's profile of where
+//! the time goes is this table's two columns.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -48,7 +54,7 @@ use crate::words::t;
 /// so a replay is always "same key, same payload" (200), never a 409.
 const REPORT_TYPE: &str = "bench";
 
-/// One side of the comparison.
+/// One side of the comparison, added up over its rounds.
 struct Side {
     via: &'static str,
     sample: Sample,
@@ -56,6 +62,98 @@ struct Side {
     replayed: u64,
     /// Reports with this side's keys afterwards; `None` when they cannot be counted.
     reports: Option<u64>,
+    /// CPU used while the side ran: [`CpuUsed`], summed over the rounds.
+    cpu: CpuUsed,
+}
+
+/// What one round of a side did.
+struct Round {
+    sample: Sample,
+    created: u64,
+    replayed: u64,
+}
+
+impl Side {
+    fn new(via: &'static str) -> Side {
+        Side {
+            via,
+            sample: Sample::default(),
+            created: 0,
+            replayed: 0,
+            reports: None,
+            cpu: CpuUsed {
+                own: Duration::ZERO,
+                database: Some(Duration::ZERO),
+            },
+        }
+    }
+
+    fn add(&mut self, round: Round, cpu: CpuUsed) {
+        self.sample.absorb(round.sample);
+        self.created += round.created;
+        self.replayed += round.replayed;
+        self.cpu.own += cpu.own;
+        self.cpu.database = self.cpu.database.zip(cpu.database).map(|(a, b)| a + b);
+    }
+
+    /// Microseconds of `cpu` per request of this side.
+    fn per_request_us(&self, cpu: Duration) -> f64 {
+        cpu.as_secs_f64() * 1e6 / (self.sample.ops.max(1) as f64)
+    }
+}
+
+/// The CPU a side's round used: its own process's (the lab's for the http side, with the
+/// embedded service in it, and for the sqlx side; pgbench's for pgbench) and the database's (a
+/// throwaway server's processes; `None` for a server given by URL, whose processes are not ours
+/// to read). The profile of where a request's time goes, in every run: on two cores that the
+/// client, the service and PostgreSQL share, each side's rate is bounded by the sum.
+#[derive(Clone, Copy)]
+struct CpuUsed {
+    own: Duration,
+    database: Option<Duration>,
+}
+
+/// The readings a [`CpuUsed`] is the difference of.
+struct CpuClock<'s> {
+    database: Option<&'s lab_infra::servers::PgServer>,
+    own: Duration,
+    database_then: Option<Duration>,
+}
+
+impl<'s> CpuClock<'s> {
+    fn start(database: Option<&'s lab_infra::servers::PgServer>) -> CpuClock<'s> {
+        CpuClock {
+            database,
+            own: own_cpu_time(),
+            database_then: database.and_then(|pg| pg.cpu_time()),
+        }
+    }
+
+    fn stop(self) -> CpuUsed {
+        let database_now = self.database.and_then(|pg| pg.cpu_time());
+        CpuUsed {
+            own: own_cpu_time().saturating_sub(self.own),
+            database: database_now
+                .zip(self.database_then)
+                .map(|(now, then)| now.saturating_sub(then)),
+        }
+    }
+}
+
+/// User and system time of this process and of the children it has waited for (pgbench, once
+/// it has ended).
+fn own_cpu_time() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let of = |who| {
+        getrusage(who).map_or(Duration::ZERO, |usage| {
+            let time = |tv: nix::sys::time::TimeVal| {
+                Duration::from_secs(u64::try_from(tv.tv_sec()).unwrap_or(0))
+                    + Duration::from_micros(u64::try_from(tv.tv_usec()).unwrap_or(0))
+            };
+            time(usage.user_time()) + time(usage.system_time())
+        })
+    };
+    of(UsageWho::RUSAGE_SELF) + of(UsageWho::RUSAGE_CHILDREN)
 }
 
 /// How much load: requests in all, the keys they spread over, concurrent clients.
@@ -111,7 +209,20 @@ pub async fn run(
     Ok(if exact { exit::OK } else { exit::DRIFT })
 }
 
-/// Both sides on a run schema of their own, released however they end.
+/// The sides take turns: each sends a third of its requests, then the next side does, three
+/// times over. On a machine whose speed drifts during the bench (a VM beside busy neighbours:
+/// this one's rate moved by a third from one run to the next) every side then meets the same
+/// slow and fast stretches, and the ratios between them keep their meaning.
+const ROUNDS: u64 = 3;
+
+/// The requests of round `round`: `first..first + count`.
+fn round_of(round: u64, requests: u64) -> (u64, u64) {
+    let first = requests * round / ROUNDS;
+    let next = requests * (round + 1) / ROUNDS;
+    (first, next - first)
+}
+
+/// Every side on a run schema of its own, released however they end.
 async fn all_sides(
     servers: &lab_infra::Servers,
     load: Load,
@@ -123,43 +234,22 @@ async fn all_sides(
         .await
         .map_err(Failure::environment)?;
     let tasks = TaskTracker::new();
-    let mut sides = measure_sides(&space, &tasks, load, target, bar).await;
-    if let (Ok(measured), Some(program)) = (&mut sides, pgbench) {
-        let url = servers
-            .postgres
-            .as_ref()
-            .map(|pg| pg.target.guest_url(&space.schema))
-            .transpose()
-            .map_err(Failure::environment)?
-            .unwrap_or_default();
-        let pool = space.pg.clone().expect("the bench's space has PostgreSQL");
-        match through_pgbench(
-            program,
-            &url,
-            &pool,
-            &format!("bench-{}", space.run_id),
-            load,
-            bar,
-        )
-        .await
-        {
-            Ok(side) => measured.push(side),
-            Err(e) => sides = Err(e),
-        }
-    }
+    let sides = take_turns(servers, &space, &tasks, load, target, pgbench, bar).await;
     tasks.close();
     tasks.wait().await;
     let _ = space.release(servers, false).await;
     sides
 }
 
-/// HTTP (the embedded service, or the target), then the same transaction directly, each with
-/// its reports counted afterwards.
-async fn measure_sides(
+/// HTTP (the embedded service, or the target), the same transaction directly, and pgbench, in
+/// turns ([`ROUNDS`]), each side's reports counted at the end.
+async fn take_turns(
+    servers: &lab_infra::Servers,
     space: &RunSpace,
     tasks: &TaskTracker,
     load: Load,
     target: Option<&str>,
+    pgbench: Option<&std::path::Path>,
     bar: &indicatif::ProgressBar,
 ) -> Result<Vec<Side>, Failure> {
     let tag = format!("bench-{}", space.run_id);
@@ -168,6 +258,19 @@ async fn measure_sides(
             Msg::new("bench.no_server").arg("server", "PostgreSQL")
         )))
     })?;
+    let pgbench = match pgbench {
+        Some(program) => {
+            let url = servers
+                .postgres
+                .as_ref()
+                .map(|pg| pg.target.guest_url(&space.schema))
+                .transpose()
+                .map_err(Failure::environment)?
+                .unwrap_or_default();
+            Some(Pgbench::prepare(program, url, &tag, load)?)
+        }
+        None => None,
+    };
     // The embedded service, started as a scenario run starts it: silent, no faults.
     let (url, stage) = match target {
         Some(url) => (url.to_string(), None),
@@ -184,24 +287,67 @@ async fn measure_sides(
             (url, Some(stage))
         }
     };
-    bar.set_message("http");
-    let http = over_http(&url, &tag, load, bar).await;
+    // The database's CPU is read only where it is the database that every side uses: a
+    // throwaway server of ours, and for the http side only when the service is ours too.
+    let database = servers
+        .postgres
+        .as_ref()
+        .filter(|pg| pg.cpu_time().is_some());
+    let http_database = database.filter(|_| target.is_none());
+    // The same kind of pool as the service's, of the same size, on the same database.
+    let direct_pool = LeanPool::beside(&pool);
+    let turns = async {
+        let clients = HttpClients::connect(&url, load.concurrency).await?;
+        let mut http = Side::new("http");
+        let mut direct = Side::new("sqlx");
+        let mut through_pgbench = pgbench.as_ref().map(|_| Side::new(PGBENCH));
+        for round in 0..ROUNDS {
+            let (first, count) = round_of(round, load.requests);
+            bar.set_message("http");
+            let clock = CpuClock::start(http_database);
+            let done = clients.send(&tag, load.keys, first, count, bar).await?;
+            http.add(done, clock.stop());
+            bar.set_message("sqlx");
+            let clock = CpuClock::start(database);
+            let done = directly(&direct_pool, &tag, load, first, count, bar).await?;
+            direct.add(done, clock.stop());
+            // pgbench's clients each send the same number of transactions: the rounds split
+            // each client's share, so that the C clients send ⌈N / C⌉ each in all.
+            let per_client = load.requests.div_ceil(u64::from(load.concurrency.max(1)));
+            let (_, client_share) = round_of(round, per_client);
+            if let (Some(pgbench), Some(side)) = (&pgbench, &mut through_pgbench)
+                && client_share > 0
+            {
+                bar.set_message(PGBENCH);
+                let clock = CpuClock::start(database);
+                let done = pgbench.run(client_share).await?;
+                bar.inc(count);
+                side.add(done, clock.stop());
+            }
+        }
+        Ok::<_, Failure>((http, direct, through_pgbench))
+    }
+    .await;
+    direct_pool.close().await;
     if let Some(stage) = stage {
         stage.stop().await;
     }
-    let mut http = http?;
+    let (mut http, mut direct, through_pgbench) = turns?;
     http.reports = match target {
         None => Some(count_in_database(&pool, &format!("{tag}-http-")).await?),
         Some(url) => count_through_api(url, &format!("{tag}-http-")).await,
     };
-    bar.set_message("sqlx");
-    // The same kind of pool as the service's, of the same size, on the same database.
-    let direct_pool = LeanPool::beside(&pool);
-    let direct = directly(&direct_pool, &tag, load, bar).await;
-    direct_pool.close().await;
-    let mut direct = direct?;
     direct.reports = Some(count_in_database(&pool, &format!("{tag}-sqlx-")).await?);
-    Ok(vec![http, direct])
+    let mut sides = vec![http, direct];
+    if let Some(mut side) = through_pgbench {
+        // pgbench draws its keys at random: its reports are the keys it reached.
+        let reached = count_in_database(&pool, &format!("{tag}-pgbench-")).await?;
+        side.created = reached;
+        side.replayed = side.sample.ops.saturating_sub(reached);
+        side.reports = Some(reached);
+        sides.push(side);
+    }
+    Ok(sides)
 }
 
 /// The report service, started as a scenario run starts it, on the bench's space.
@@ -250,6 +396,9 @@ fn print_json(sides: &[Side], load: Load, target: &str) {
                 "expected_reports": load.keys,
                 "ratio_to_sqlx": ops_per_sec / tenth(direct_rate).max(f64::MIN_POSITIVE),
                 "ratio_to_pgbench": pgbench_rate.map(|p| ops_per_sec / p.max(f64::MIN_POSITIVE)),
+                "cpu_own_us": tenth(side.per_request_us(side.cpu.own)),
+                "cpu_postgres_us": side.cpu.database.map(|cpu| tenth(side.per_request_us(cpu))),
+                "rounds": ROUNDS,
             })
         );
     }
@@ -276,6 +425,8 @@ fn print_text(sides: &[Side], load: Load, target: &str, exact: bool, elsewhere: 
         "col_replayed",
         "col_reports",
         "col_ratio_sqlx",
+        "col_cpu_own",
+        "col_cpu_postgres",
     ]
     .iter()
     .map(|key| t(Msg::new(format!("bench.{key}"))))
@@ -293,12 +444,21 @@ fn print_text(sides: &[Side], load: Load, target: &str, exact: bool, elsewhere: 
                 side.reports
                     .map_or_else(|| "?".to_string(), |n| n.to_string()),
                 ratio_cell(side.sample.ops_per_sec() / direct_rate.max(f64::MIN_POSITIVE)),
+                format!("{:.0}", side.per_request_us(side.cpu.own)),
+                side.cpu.database.map_or_else(
+                    || "-".to_string(),
+                    |cpu| format!("{:.0}", side.per_request_us(cpu)),
+                ),
             ]
         })
         .collect();
     print_table(&header, &cells, 1);
     say!();
     say!("{}", t("bench.report_means"));
+    say!(
+        "{}",
+        t(Msg::new("bench.report_turns").arg("rounds", ROUNDS.to_string()))
+    );
     if let Some(pgbench) = sides.iter().find(|s| s.via == PGBENCH) {
         let of = |side: &Side| {
             format!(
@@ -360,81 +520,94 @@ fn request_of(n: u64, keys: u64) -> (u64, CreateReport) {
 }
 
 /// `POST /reports` over one HTTP/1.1 connection per concurrent client, kept alive between its
-/// requests, as wrk keeps its connections: hyper's client connection with nothing around it (no
-/// pool, no redirects, no URL parsed per request). Client, service and database share the
-/// machine's cores, so every microsecond the load generator spends is taken from the other two;
-/// reqwest, used here before, cost 18 µs more of user CPU per request (the README's benchmarks).
-async fn over_http(
-    url: &str,
-    tag: &str,
-    load: Load,
-    bar: &indicatif::ProgressBar,
-) -> Result<Side, Failure> {
-    let Load {
-        requests,
-        keys,
-        concurrency,
-    } = load;
-    let target = Target::of(url)?;
-    let mut drivers = tokio::task::JoinSet::new();
-    let mut senders = Vec::new();
-    for _ in 0..concurrency.max(1) {
-        senders.push(target.connect(&mut drivers).await?);
-    }
-    let idle = parking_lot::Mutex::new(senders);
-    let created = AtomicU64::new(0);
-    let replayed = AtomicU64::new(0);
-    let sample = measure(0, requests, concurrency, bar, |n| {
-        let (k, body) = request_of(n, keys);
-        let (created, replayed, idle, target) = (&created, &replayed, &idle, &target);
-        async move {
-            // As many connections as callers: one is always free.
-            let mut sender = idle.lock().pop().expect("a connection per caller");
-            let request = target.post(&format!("{tag}-http-{k}"), &body);
-            // A generous bound: a loaded machine is slow, not broken.
-            let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
-                // Ready once the connection has finished the answer before.
-                sender.ready().await?;
-                let response = sender.send_request(request).await?;
-                let status = response.status().as_u16();
-                // The whole body is read, so that the connection can carry the next request.
-                let body = response.into_body().collect().await?.to_bytes();
-                Ok::<_, hyper::Error>((status, body))
-            })
-            .await;
-            idle.lock().push(sender);
-            let (status, body) = match answer {
-                Ok(Ok(answer)) => answer,
-                Ok(Err(e)) => return Err(service_failed(e)),
-                Err(_) => return Err(service_failed(format!("no answer in {REQUEST_TIMEOUT:?}"))),
-            };
-            match status {
-                201 => created.fetch_add(1, Ordering::Relaxed),
-                200 => replayed.fetch_add(1, Ordering::Relaxed),
-                status => {
-                    return Err(Failure::new(
-                        exit::DRIFT,
-                        anyhow!(t(Msg::new("bench.unexpected_status")
-                            .arg("status", status.to_string())
-                            .arg("body", String::from_utf8_lossy(&body).into_owned()))),
-                    ));
-                }
-            };
-            Ok(())
+/// requests and across the rounds, as wrk keeps its connections: hyper's client connection with
+/// nothing around it (no pool, no redirects, no URL parsed per request). Client, service and
+/// database share the machine's cores, so every microsecond the load generator spends is taken
+/// from the other two; reqwest, used here before, cost 18 µs more of user CPU per request (the
+/// README's benchmarks).
+struct HttpClients {
+    target: Target,
+    /// The connections not sending a request now: as many as callers, so one is always free.
+    idle: parking_lot::Mutex<Vec<Sender>>,
+    concurrency: u32,
+    /// The connections' drivers, aborted when this is dropped (the set aborts its tasks).
+    _drivers: tokio::task::JoinSet<()>,
+}
+
+impl HttpClients {
+    async fn connect(url: &str, concurrency: u32) -> Result<HttpClients, Failure> {
+        let target = Target::of(url)?;
+        let mut drivers = tokio::task::JoinSet::new();
+        let mut senders = Vec::new();
+        for _ in 0..concurrency.max(1) {
+            senders.push(target.connect(&mut drivers).await?);
         }
-    })
-    .await;
-    // The connections close with their senders; their drivers are aborted with the set.
-    drop(idle);
-    drivers.abort_all();
-    let sample = sample?;
-    Ok(Side {
-        via: "http",
-        sample,
-        created: created.into_inner(),
-        replayed: replayed.into_inner(),
-        reports: None,
-    })
+        Ok(HttpClients {
+            target,
+            idle: parking_lot::Mutex::new(senders),
+            concurrency,
+            _drivers: drivers,
+        })
+    }
+
+    /// Requests `first..first + count`.
+    async fn send(
+        &self,
+        tag: &str,
+        keys: u64,
+        first: u64,
+        count: u64,
+        bar: &indicatif::ProgressBar,
+    ) -> Result<Round, Failure> {
+        let created = AtomicU64::new(0);
+        let replayed = AtomicU64::new(0);
+        let sample = measure(first, count, self.concurrency, bar, |n| {
+            let (k, body) = request_of(n, keys);
+            let (created, replayed) = (&created, &replayed);
+            async move {
+                let mut sender = self.idle.lock().pop().expect("a connection per caller");
+                let request = self.target.post(&format!("{tag}-http-{k}"), &body);
+                // A generous bound: a loaded machine is slow, not broken.
+                let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
+                    // Ready once the connection has finished the answer before.
+                    sender.ready().await?;
+                    let response = sender.send_request(request).await?;
+                    let status = response.status().as_u16();
+                    // The whole body is read, so that the connection can carry the next request.
+                    let body = response.into_body().collect().await?.to_bytes();
+                    Ok::<_, hyper::Error>((status, body))
+                })
+                .await;
+                self.idle.lock().push(sender);
+                let (status, body) = match answer {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(e)) => return Err(service_failed(e)),
+                    Err(_) => {
+                        return Err(service_failed(format!("no answer in {REQUEST_TIMEOUT:?}")));
+                    }
+                };
+                match status {
+                    201 => created.fetch_add(1, Ordering::Relaxed),
+                    200 => replayed.fetch_add(1, Ordering::Relaxed),
+                    status => {
+                        return Err(Failure::new(
+                            exit::DRIFT,
+                            anyhow!(t(Msg::new("bench.unexpected_status")
+                                .arg("status", status.to_string())
+                                .arg("body", String::from_utf8_lossy(&body).into_owned()))),
+                        ));
+                    }
+                };
+                Ok(())
+            }
+        })
+        .await?;
+        Ok(Round {
+            sample,
+            created: created.into_inner(),
+            replayed: replayed.into_inner(),
+        })
+    }
 }
 
 /// How long one request may take before the bench gives up on the service.
@@ -500,21 +673,19 @@ impl Target {
 }
 
 /// The service's transaction, sent directly: what a request costs without HTTP around it.
+/// Requests `first..first + count`.
 async fn directly(
     pool: &LeanPool,
     tag: &str,
     load: Load,
+    first: u64,
+    count: u64,
     bar: &indicatif::ProgressBar,
-) -> Result<Side, Failure> {
-    let Load {
-        requests,
-        keys,
-        concurrency,
-    } = load;
+) -> Result<Round, Failure> {
     let created = AtomicU64::new(0);
     let replayed = AtomicU64::new(0);
-    let sample = measure(0, requests, concurrency, bar, |n| {
-        let (k, body) = request_of(n, keys);
+    let sample = measure(first, count, load.concurrency, bar, |n| {
+        let (k, body) = request_of(n, load.keys);
         let key = format!("{tag}-sqlx-{k}");
         let (created, replayed) = (&created, &replayed);
         // In a task of its own, as the service runs each request's transaction
@@ -539,12 +710,10 @@ async fn directly(
         }
     })
     .await?;
-    Ok(Side {
-        via: "sqlx",
+    Ok(Round {
         sample,
         created: created.into_inner(),
         replayed: replayed.into_inner(),
-        reports: None,
     })
 }
 
@@ -645,85 +814,105 @@ fn pgbench_script(tag: &str, keys: u64) -> String {
 /// The same statements through `pgbench -M prepared` (C clients, two threads as this machine
 /// has two cores), on the same schema of the same server; its per-transaction log gives the
 /// latencies, and its own `tps` (without the connections' set-up) the rate.
-async fn through_pgbench(
-    program: &std::path::Path,
-    url: &str,
-    pool: &PgPool,
-    tag: &str,
-    load: Load,
-    bar: &indicatif::ProgressBar,
-) -> Result<Side, Failure> {
-    bar.set_message(PGBENCH);
-    let scratch = tempfile::tempdir().map_err(Failure::environment)?;
-    let script = scratch.path().join("report.sql");
-    std::fs::write(&script, pgbench_script(tag, load.keys)).map_err(Failure::environment)?;
-    let clients = u64::from(load.concurrency);
-    let per_client = load.requests.div_ceil(clients);
-    let threads = load.concurrency.min(2);
-    let out = tokio::process::Command::new(program)
-        .args(["--no-vacuum", "--protocol=prepared", "--log"])
-        .arg(format!(
-            "--log-prefix={}",
-            scratch.path().join("tx").display()
-        ))
-        .arg(format!("--client={clients}"))
-        .arg(format!("--jobs={threads}"))
-        .arg(format!("--transactions={per_client}"))
-        .arg(format!("--file={}", script.display()))
-        .arg(url)
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(Failure::environment)?;
-    let said = String::from_utf8_lossy(&out.stdout).to_string();
-    if !out.status.success() {
-        let why = String::from_utf8_lossy(&out.stderr).to_string();
-        return Err(Failure::environment(anyhow!(t(Msg::new(
-            "bench.pgbench_failed"
-        )
-        .arg("error", lab_infra::url::redact(why.trim()))))));
-    }
-    let tps: f64 = said
-        .lines()
-        .find_map(|l| l.strip_prefix("tps = "))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| {
-            Failure::environment(anyhow!(t(
-                Msg::new("bench.pgbench_failed").arg("error", "no tps in its output")
-            )))
-        })?;
-    // Each log line: client, transaction, its time in microseconds, script, when it ended.
-    let mut latencies = Vec::new();
-    for entry in std::fs::read_dir(scratch.path()).map_err(Failure::environment)? {
-        let path = entry.map_err(Failure::environment)?.path();
-        if !path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("tx"))
-        {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).map_err(Failure::environment)?;
-        latencies.extend(text.lines().filter_map(|line| {
-            let micros: u64 = line.split_whitespace().nth(2)?.parse().ok()?;
-            Some(Duration::from_micros(micros))
-        }));
-    }
-    latencies.sort();
-    let ops = latencies.len() as u64;
-    bar.inc(load.requests);
-    let created = count_in_database(pool, &format!("{tag}-pgbench-")).await?;
-    Ok(Side {
-        via: PGBENCH,
-        sample: Sample {
-            ops,
-            elapsed: Duration::from_secs_f64(ops as f64 / tps.max(f64::MIN_POSITIVE)),
-            latencies,
-        },
-        created,
-        replayed: ops.saturating_sub(created),
-        reports: Some(created),
-    })
+struct Pgbench {
+    program: std::path::PathBuf,
+    url: String,
+    concurrency: u32,
+    /// The script, and the per-transaction logs of the run going on.
+    scratch: tempfile::TempDir,
 }
+
+impl Pgbench {
+    fn prepare(
+        program: &std::path::Path,
+        url: String,
+        tag: &str,
+        load: Load,
+    ) -> Result<Pgbench, Failure> {
+        let scratch = tempfile::tempdir().map_err(Failure::environment)?;
+        std::fs::write(scratch.path().join(SCRIPT), pgbench_script(tag, load.keys))
+            .map_err(Failure::environment)?;
+        Ok(Pgbench {
+            program: program.to_path_buf(),
+            url,
+            concurrency: load.concurrency,
+            scratch,
+        })
+    }
+
+    /// `per_client` transactions from each of the C clients.
+    async fn run(&self, per_client: u64) -> Result<Round, Failure> {
+        let clients = u64::from(self.concurrency.max(1));
+        let threads = self.concurrency.clamp(1, 2);
+        let out = tokio::process::Command::new(&self.program)
+            .args(["--no-vacuum", "--protocol=prepared", "--log"])
+            .arg(format!(
+                "--log-prefix={}",
+                self.scratch.path().join(LOG_PREFIX).display()
+            ))
+            .arg(format!("--client={clients}"))
+            .arg(format!("--jobs={threads}"))
+            .arg(format!("--transactions={per_client}"))
+            .arg(format!(
+                "--file={}",
+                self.scratch.path().join(SCRIPT).display()
+            ))
+            .arg(&self.url)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(Failure::environment)?;
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr).to_string();
+            return Err(Failure::environment(anyhow!(t(Msg::new(
+                "bench.pgbench_failed"
+            )
+            .arg("error", lab_infra::url::redact(why.trim()))))));
+        }
+        let tps: f64 = said
+            .lines()
+            .find_map(|l| l.strip_prefix("tps = "))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .ok_or_else(|| {
+                Failure::environment(anyhow!(t(
+                    Msg::new("bench.pgbench_failed").arg("error", "no tps in its output")
+                )))
+            })?;
+        // Each log line: client, transaction, its time in microseconds, script, when it ended.
+        // Each log is removed once read, so the next round reads its own.
+        let mut latencies = Vec::new();
+        for entry in std::fs::read_dir(self.scratch.path()).map_err(Failure::environment)? {
+            let path = entry.map_err(Failure::environment)?.path();
+            if !path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(LOG_PREFIX))
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).map_err(Failure::environment)?;
+            latencies.extend(text.lines().filter_map(|line| {
+                let micros: u64 = line.split_whitespace().nth(2)?.parse().ok()?;
+                Some(Duration::from_micros(micros))
+            }));
+            std::fs::remove_file(&path).map_err(Failure::environment)?;
+        }
+        let ops = latencies.len() as u64;
+        Ok(Round {
+            sample: Sample::new(
+                Duration::from_secs_f64(ops as f64 / tps.max(f64::MIN_POSITIVE)),
+                latencies,
+            ),
+            // Counted once, at the end: pgbench's keys are drawn at random.
+            created: 0,
+            replayed: 0,
+        })
+    }
+}
+
+/// The pgbench script's file, and the start of its per-transaction logs' names.
+const SCRIPT: &str = "report.sql";
+const LOG_PREFIX: &str = "tx";
 
 #[cfg(test)]
 mod tests {
