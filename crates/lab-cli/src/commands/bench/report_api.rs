@@ -16,18 +16,22 @@
 //! The embedded service is started as `lab run` starts it (a `Stage` on a run schema of a
 //! throwaway PostgreSQL, or of `--database-url`), and the direct transaction runs on a pool of
 //! the same kind and size as the service's (`LeanPool::beside` the run's pool), so both sides
-//! have eight connections given back without a check after a commit. With `--target URL` the requests go to
-//! a running service (`lab serve`'s, or any service with this API), and the reports are counted
-//! through its `GET /reports`; the direct side then runs on a schema of our own PostgreSQL, which
-//! is not the target's database, so compare the two with that in mind. Reports made on a target
-//! stay there (the API cannot delete them); their keys carry the bench's tag.
+//! have eight connections given back without a check after a commit. With `--target URL` the
+//! requests go to a running service (`lab serve`'s, or any service with this API), and the
+//! reports are counted through its `GET /reports`; the direct side then runs on a schema of our
+//! own PostgreSQL, which is not the target's database, so compare the two with that in mind.
+//! Reports made on a target stay there (the API cannot delete them); their keys carry the
+//! bench's tag.
 //!
-//! The sides take turns ([`ROUNDS`]), so that a machine whose speed drifts slows every side
-//! alike, and each row tells the CPU a request cost its own process and the database (a
-//! throwaway server's processes, read in `/proc`): on two cores that client, service and
-//! PostgreSQL share, that sum is what bounds a side's rate, and the README's profile of where
-//! the time goes is this table's two columns.
+//! The http and sqlx sides take turns ([`ROUNDS`]), so that a machine whose speed drifts slows
+//! both alike (pgbench runs after them, in one piece: see [`take_turns`]), and each row tells
+//! the CPU a request cost its own process and the database (a throwaway server's processes,
+//! read in `/proc`): on two cores that client, service and PostgreSQL share, that sum is what
+//! bounds a side's rate, and the README's profile of where the time goes is this table's two
+//! columns.
 
+use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -35,6 +39,7 @@ use anyhow::anyhow;
 use axum::body::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::header::HeaderValue;
+use hyper_util::rt::TokioIo;
 use lab_core::{Checkpoints, Msg};
 use lab_infra::pool::LeanPool;
 use lab_infra::{Needs, RunSpace};
@@ -241,8 +246,8 @@ async fn all_sides(
     sides
 }
 
-/// HTTP (the embedded service, or the target), the same transaction directly, and pgbench, in
-/// turns ([`ROUNDS`]), each side's reports counted at the end.
+/// HTTP (the embedded service, or the target) and the same transaction directly, in turns
+/// ([`ROUNDS`]), then pgbench; each side's reports counted at the end.
 async fn take_turns(
     servers: &lab_infra::Servers,
     space: &RunSpace,
@@ -297,7 +302,7 @@ async fn take_turns(
     // The same kind of pool as the service's, of the same size, on the same database.
     let direct_pool = LeanPool::beside(&pool);
     let turns = async {
-        let clients = HttpClients::connect(&url, load.concurrency).await?;
+        let mut clients = HttpClients::connect(&url, load.concurrency).await?;
         let mut http = Side::new("http");
         let mut direct = Side::new("sqlx");
         let mut through_pgbench = pgbench.as_ref().map(|_| Side::new(PGBENCH));
@@ -311,19 +316,18 @@ async fn take_turns(
             let clock = CpuClock::start(database);
             let done = directly(&direct_pool, &tag, load, first, count, bar).await?;
             direct.add(done, clock.stop());
-            // pgbench's clients each send the same number of transactions: the rounds split
-            // each client's share, so that the C clients send ⌈N / C⌉ each in all.
+        }
+        // pgbench in one piece, after the turns: each run of it opens its C connections anew,
+        // and a new backend's first transactions (its caches filling) are dear. Split into the
+        // rounds, pgbench at 50 clients lost a third of its rate to that, which is not the
+        // database's limit. Its C clients send ⌈N / C⌉ transactions each.
+        if let (Some(pgbench), Some(side)) = (&pgbench, &mut through_pgbench) {
+            bar.set_message(PGBENCH);
             let per_client = load.requests.div_ceil(u64::from(load.concurrency.max(1)));
-            let (_, client_share) = round_of(round, per_client);
-            if let (Some(pgbench), Some(side)) = (&pgbench, &mut through_pgbench)
-                && client_share > 0
-            {
-                bar.set_message(PGBENCH);
-                let clock = CpuClock::start(database);
-                let done = pgbench.run(client_share).await?;
-                bar.inc(count);
-                side.add(done, clock.stop());
-            }
+            let clock = CpuClock::start(database);
+            let done = pgbench.run(per_client).await?;
+            bar.inc(load.requests);
+            side.add(done, clock.stop());
         }
         Ok::<_, Failure>((http, direct, through_pgbench))
     }
@@ -525,48 +529,119 @@ fn request_of(n: u64, keys: u64) -> (u64, CreateReport) {
 /// database share the machine's cores, so every microsecond the load generator spends is taken
 /// from the other two; reqwest, used here before, cost 18 µs more of user CPU per request (the
 /// README's benchmarks).
+///
+/// Each connection is one task that drives hyper's connection and sends its own requests, as
+/// wrk's event loop does: an answer wakes that one task. With the connection driven in a task of
+/// its own and the callers in another, every request crossed between tasks (and often threads)
+/// three times: the request to the driver, the answer's head and its body back.
 struct HttpClients {
-    target: Target,
-    /// The connections not sending a request now: as many as callers, so one is always free.
-    idle: parking_lot::Mutex<Vec<Sender>>,
-    concurrency: u32,
-    /// The connections' drivers, aborted when this is dropped (the set aborts its tasks).
-    _drivers: tokio::task::JoinSet<()>,
+    target: Arc<Target>,
+    /// Idle between the rounds; each round lends every connection to a task of its own.
+    connections: Vec<ClientConnection>,
+}
+
+/// One connection: hyper's handle for sending, and the future that does its reading and writing.
+struct ClientConnection {
+    sender: Sender,
+    driver: Pin<Box<Driver>>,
+}
+
+type Driver = hyper::client::conn::http1::Connection<TokioIo<tokio::net::TcpStream>, Full<Bytes>>;
+
+/// What the connections of one round share: the requests still to send, and what came back.
+struct Work {
+    tag: String,
+    keys: u64,
+    first: u64,
+    count: u64,
+    next: AtomicU64,
+    created: AtomicU64,
+    replayed: AtomicU64,
+    bar: indicatif::ProgressBar,
 }
 
 impl HttpClients {
     async fn connect(url: &str, concurrency: u32) -> Result<HttpClients, Failure> {
         let target = Target::of(url)?;
-        let mut drivers = tokio::task::JoinSet::new();
-        let mut senders = Vec::new();
+        let mut connections = Vec::new();
         for _ in 0..concurrency.max(1) {
-            senders.push(target.connect(&mut drivers).await?);
+            connections.push(target.connect().await?);
         }
         Ok(HttpClients {
-            target,
-            idle: parking_lot::Mutex::new(senders),
-            concurrency,
-            _drivers: drivers,
+            target: Arc::new(target),
+            connections,
         })
     }
 
-    /// Requests `first..first + count`.
+    /// Requests `first..first + count`, each connection taking the next one as it is free.
     async fn send(
-        &self,
+        &mut self,
         tag: &str,
         keys: u64,
         first: u64,
         count: u64,
         bar: &indicatif::ProgressBar,
     ) -> Result<Round, Failure> {
-        let created = AtomicU64::new(0);
-        let replayed = AtomicU64::new(0);
-        let sample = measure(first, count, self.concurrency, bar, |n| {
-            let (k, body) = request_of(n, keys);
-            let (created, replayed) = (&created, &replayed);
-            async move {
-                let mut sender = self.idle.lock().pop().expect("a connection per caller");
-                let request = self.target.post(&format!("{tag}-http-{k}"), &body);
+        let work = Arc::new(Work {
+            tag: tag.to_string(),
+            keys,
+            first,
+            count,
+            next: AtomicU64::new(0),
+            created: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            bar: bar.clone(),
+        });
+        let started = std::time::Instant::now();
+        let mut running = tokio::task::JoinSet::new();
+        for connection in self.connections.drain(..) {
+            running.spawn(connection.send_its_share(self.target.clone(), work.clone()));
+        }
+        let mut latencies = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+        let mut failure = None;
+        while let Some(joined) = running.join_next().await {
+            let (connection, sent) = joined.map_err(|e| {
+                Failure::environment(anyhow!(t(
+                    Msg::new("bench.task_failed").arg("error", e.to_string())
+                )))
+            })?;
+            self.connections.push(connection);
+            match sent {
+                Ok(sent) => latencies.extend(sent),
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        let elapsed = started.elapsed();
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
+        Ok(Round {
+            sample: Sample::new(elapsed, latencies),
+            created: work.created.load(Ordering::Relaxed),
+            replayed: work.replayed.load(Ordering::Relaxed),
+        })
+    }
+}
+
+impl ClientConnection {
+    /// Sends requests of `work` until none is left, driving the connection meanwhile; gives the
+    /// connection back (for the next round) with the latencies of its requests.
+    async fn send_its_share(
+        mut self,
+        target: Arc<Target>,
+        work: Arc<Work>,
+    ) -> (ClientConnection, Result<Vec<Duration>, Failure>) {
+        let ClientConnection { sender, driver } = &mut self;
+        let requests = async {
+            let mut latencies = Vec::new();
+            loop {
+                let n = work.next.fetch_add(1, Ordering::Relaxed);
+                if n >= work.count {
+                    return Ok(latencies);
+                }
+                let started = std::time::Instant::now();
+                let (k, body) = request_of(work.first + n, work.keys);
+                let request = target.post(&format!("{}-http-{k}", work.tag), &body);
                 // A generous bound: a loaded machine is slow, not broken.
                 let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
                     // Ready once the connection has finished the answer before.
@@ -578,7 +653,6 @@ impl HttpClients {
                     Ok::<_, hyper::Error>((status, body))
                 })
                 .await;
-                self.idle.lock().push(sender);
                 let (status, body) = match answer {
                     Ok(Ok(answer)) => answer,
                     Ok(Err(e)) => return Err(service_failed(e)),
@@ -587,8 +661,8 @@ impl HttpClients {
                     }
                 };
                 match status {
-                    201 => created.fetch_add(1, Ordering::Relaxed),
-                    200 => replayed.fetch_add(1, Ordering::Relaxed),
+                    201 => work.created.fetch_add(1, Ordering::Relaxed),
+                    200 => work.replayed.fetch_add(1, Ordering::Relaxed),
                     status => {
                         return Err(Failure::new(
                             exit::DRIFT,
@@ -598,15 +672,20 @@ impl HttpClients {
                         ));
                     }
                 };
-                Ok(())
+                latencies.push(started.elapsed());
+                work.bar.inc(1);
             }
-        })
-        .await?;
-        Ok(Round {
-            sample,
-            created: created.into_inner(),
-            replayed: replayed.into_inner(),
-        })
+        };
+        // The driver ends only when the connection does: before the requests are done, that is
+        // the service closing it (or failing), and the round fails.
+        let sent = tokio::select! {
+            sent = requests => sent,
+            ended = driver.as_mut() => Err(service_failed(match ended {
+                Ok(()) => "the service closed the connection".to_string(),
+                Err(e) => e.to_string(),
+            })),
+        };
+        (self, sent)
     }
 }
 
@@ -643,21 +722,20 @@ impl Target {
         })
     }
 
-    /// A new connection, its driver spawned into `drivers`.
-    async fn connect(&self, drivers: &mut tokio::task::JoinSet<()>) -> Result<Sender, Failure> {
+    /// A new connection; its driver runs in the task that sends on it.
+    async fn connect(&self) -> Result<ClientConnection, Failure> {
         let stream = tokio::net::TcpStream::connect(&self.address)
             .await
             .map_err(service_failed)?;
         // Small requests and answers: no waiting to fill a segment (reqwest and wrk do the same).
         stream.set_nodelay(true).map_err(service_failed)?;
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(service_failed)?;
-        drivers.spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(sender)
+        let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(service_failed)?;
+        Ok(ClientConnection {
+            sender,
+            driver: Box::pin(driver),
+        })
     }
 
     /// `POST /reports` with `key` and the JSON of `body`.
