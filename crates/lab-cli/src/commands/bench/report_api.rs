@@ -685,6 +685,10 @@ impl ClientConnection {
                 Err(e) => e.to_string(),
             })),
         };
+        if sent.is_err() {
+            // The round has failed: the other connections take no further requests.
+            work.next.fetch_max(work.count, Ordering::Relaxed);
+        }
         (self, sent)
     }
 }
