@@ -600,15 +600,14 @@ impl HttpClients {
         let mut latencies = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
         let mut failure = None;
         while let Some(joined) = running.join_next().await {
-            let (connection, sent) = joined.map_err(|e| {
-                Failure::environment(anyhow!(t(
-                    Msg::new("bench.task_failed").arg("error", e.to_string())
-                )))
-            })?;
+            let (connection, sent) = joined.map_err(task_failed)?;
             self.connections.push(connection);
             match sent {
                 Ok(sent) => latencies.extend(sent),
-                Err(e) => failure = failure.or(Some(e)),
+                // The first failure is the one to tell; the others are its consequences.
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
             }
         }
         let elapsed = started.elapsed();
@@ -696,6 +695,13 @@ impl ClientConnection {
 /// How long one request may take before the bench gives up on the service.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A task of the bench's that panicked or was cancelled.
+fn task_failed(error: tokio::task::JoinError) -> Failure {
+    Failure::environment(anyhow!(t(
+        Msg::new("bench.task_failed").arg("error", error.to_string())
+    )))
+}
+
 fn service_failed(error: impl std::fmt::Display) -> Failure {
     Failure::environment(anyhow!(t(
         Msg::new("bench.service_failed").arg("error", error.to_string())
@@ -777,11 +783,7 @@ async fn directly(
         async move {
             let inserted = transaction
                 .await
-                .map_err(|e| {
-                    Failure::environment(anyhow!(t(
-                        Msg::new("bench.task_failed").arg("error", e.to_string())
-                    )))
-                })?
+                .map_err(task_failed)?
                 .map_err(|e| Failure::environment(anyhow!(lab_infra::pg_message(&e))))?;
             if inserted {
                 created.fetch_add(1, Ordering::Relaxed);
