@@ -43,6 +43,7 @@ service=$(awk '/^  report service /{print $NF}' "$log")
 port=$(sed -E 's|.*:([0-9]+)/.*|\1|' <<<"$url")
 [ -n "$url" ] && [ -n "$service" ] || { cat "$log" >&2; exit 3; }
 postmaster=$(pgrep -f -- "postgres .*-p $port( |$)" | head -n 1)
+[ -n "$postmaster" ] || { echo "run.sh: no PostgreSQL on port $port" >&2; exit 3; }
 
 hz=$(getconf CLK_TCK)
 # CPU ticks of one process (user + system).
@@ -56,19 +57,22 @@ database_ticks() {
   done
   echo $((total + $(awk '{print $16 + $17}' "/proc/$postmaster/stat")))
 }
-# µs of CPU per request: ticks over requests.
-per_request() { awk -v t="$1" -v n="$2" -v hz="$hz" 'BEGIN { printf "%.0f", t * 1e6 / hz / n }'; }
+# µs of CPU per request: CPU seconds over requests (`rate` a second for `seconds`).
+us_per_request() { awk -v cpu="$1" -v rate="$2" -v d="$seconds" 'BEGIN { printf "%.0f", cpu * 1e6 / (rate * d) }'; }
+# The same from clock ticks.
+ticks_per_request() { us_per_request "$(awk -v t="$1" -v hz="$hz" 'BEGIN { print t / hz }')" "$2"; }
+# Runs a load generator under bash's `time`: its output, then its own CPU seconds as the last line.
+timed() { { TIMEFORMAT='%U %S'; time "$@" 2>/dev/null; } 2>&1 | awk '{ if (/^[0-9.]+ [0-9.]+$/) print $1 + $2; else print }'; }
 
+# One pgbench run of `script`: its transactions a second, then its own and the database's CPU
+# per transaction.
 pgbench_round() {
-  local script=$1 before after out own tps
+  local before after out tps
   before=$(database_ticks)
-  out=$( { TIMEFORMAT='%U %S'; time pgbench -n -M prepared -c50 -j2 -T"$seconds" \
-    -f "$here/$script" "$url" 2>/dev/null; } 2>&1 )
+  out=$(timed pgbench -n -M prepared -c50 -j2 -T"$seconds" -f "$here/$1" "$url")
   after=$(database_ticks)
   tps=$(awk '/^tps/{print $3; exit}' <<<"$out")
-  own=$(tail -n 1 <<<"$out" | awk '{print $1 + $2}')
-  echo "$tps $(awk -v s="$own" -v n="$tps" -v d="$seconds" 'BEGIN { printf "%.0f", s * 1e6 / (n * d) }') \
-$(per_request $((after - before)) "$(awk -v r="$tps" -v d="$seconds" 'BEGIN { print r * d }')")"
+  echo "$tps $(us_per_request "$(tail -n 1 <<<"$out")" "$tps") $(ticks_per_request $((after - before)) "$tps")"
 }
 
 echo "lab serve's report service at $service, PostgreSQL $url"
@@ -77,18 +81,16 @@ printf '%-6s %10s %8s %6s %6s | %10s %8s %6s | %6s' round storm_rps service wrk 
 echo
 for round in $(seq "$rounds"); do
   before=$(ticks "$serve"); db_before=$(database_ticks)
-  out=$( { TIMEFORMAT='%U %S'; time wrk -t2 -c50 -d"${seconds}s" -s "$here/storm.lua" "$service"; } 2>&1 )
+  out=$(timed wrk -t2 -c50 -d"${seconds}s" -s "$here/storm.lua" "$service")
   after=$(ticks "$serve"); db_after=$(database_ticks)
   rps=$(awk '/^requests_per_sec/{print $2}' <<<"$out")
   bad=$(awk '/^non_2xx/{n += $2} /^socket_errors/{n += $2} END {print n + 0}' <<<"$out")
   [ "$bad" = 0 ] || { echo "run.sh: $bad requests were not answered 200 or 201" >&2; exit 1; }
-  requests=$(awk -v r="$rps" -v d="$seconds" 'BEGIN { print r * d }')
-  wrk_cpu=$(tail -n 1 <<<"$out" | awk '{print $1 + $2}')
   read -r tps pgbench_own pgbench_pg < <(pgbench_round pgbench.sql)
   printf '%-6s %10.0f %8s %6s %6s | %10.0f %8s %6s | %6.2f' "$round" "$rps" \
-    "$(per_request $((after - before)) "$requests")" \
-    "$(awk -v s="$wrk_cpu" -v n="$requests" 'BEGIN { printf "%.0f", s * 1e6 / n }')" \
-    "$(per_request $((db_after - db_before)) "$requests")" \
+    "$(ticks_per_request $((after - before)) "$rps")" \
+    "$(us_per_request "$(tail -n 1 <<<"$out")" "$rps")" \
+    "$(ticks_per_request $((db_after - db_before)) "$rps")" \
     "$tps" "$pgbench_own" "$pgbench_pg" "$(awk -v a="$rps" -v b="$tps" 'BEGIN { print a / b }')"
   if [ "${PIPELINED:-0}" = 1 ]; then
     read -r piped _ < <(pgbench_round pgbench-pipelined.sql)
