@@ -93,14 +93,18 @@ impl Failure {
         }
     }
 
-    /// What it says (for tests and logs): the error's line, or what stopped the command.
-    #[cfg(test)]
+    /// What it says (for reports and tests): the error's line, or what stopped the command.
     pub fn message(&self) -> String {
         match &self.said {
             Said::Error(error) => one_line(error),
             Said::Interrupted => "interrupted".into(),
             Said::Quit => "quit".into(),
         }
+    }
+
+    /// Whether a signal (or `q`) stopped the command, rather than an error.
+    pub fn is_interruption(&self) -> bool {
+        matches!(self.said, Said::Interrupted | Said::Quit)
     }
 
     /// Prints what the failure says on stderr, after everything the command printed before;

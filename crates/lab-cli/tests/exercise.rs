@@ -294,7 +294,13 @@ fn a_check_can_fail_and_say_how_in_json_and_junit() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    assert_eq!(lines.len(), 2, "one object per check");
+    assert_eq!(
+        lines.len(),
+        3,
+        "one object per check, and one that ends the run"
+    );
+    assert_eq!(lines[2]["ended"], "done");
+    assert_eq!(lines[2]["summary"]["failed"], 2);
     assert_eq!(lines[0]["check"], "replay");
     assert_eq!(lines[0]["verdict"], "fail");
     assert!(
@@ -406,8 +412,9 @@ fn check_verdicts(dir: &Path, tmp: &Path, extra: &[&str]) -> (i32, Vec<(String, 
     let out = lab(&args).env("TMPDIR", tmp).output().unwrap();
     let verdicts = stdout(&out)
         .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("check").is_some())
+        .map(|v| {
             (
                 v["check"].as_str().unwrap().to_string(),
                 v["verdict"].as_str().unwrap().to_string(),
@@ -437,7 +444,7 @@ fn a_select_then_insert_is_caught_with_its_name() {
     assert_eq!(verdicts, vec![("race".to_string(), "fail".to_string())]);
     assert!(said.contains("lost the race and got 500"), "{said}");
     assert!(
-        said.contains("Requests waiting for the lab's transaction: 2"),
+        said.contains("Sessions waiting for the lab, directly or behind one another: 2"),
         "the race was forced: {said}"
     );
     lab_testkit::assert_nothing_left(tmp.path(), "after the check");
@@ -730,8 +737,9 @@ fn worker_verdicts(dir: &Path, tmp: &Path, only: &str) -> (String, String) {
     .output()
     .unwrap();
     let line = stdout(&out);
+    let first = line.lines().next().unwrap_or_default();
     let value: serde_json::Value =
-        serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line}"));
+        serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: {line}"));
     (value["verdict"].as_str().unwrap().to_string(), line)
 }
 
@@ -757,7 +765,7 @@ fn a_key_from_the_attempt_number_is_caught_and_named() {
     let (verdict, said) = worker_verdicts(&dir, tmp.path(), "crash-after-commit");
     assert_eq!(verdict, "fail", "{said}");
     assert!(
-        said.contains("different keys") && said.contains("attempt number"),
+        said.contains("different keys") && said.contains("changed from one attempt to the next"),
         "{said}"
     );
     lab_testkit::assert_nothing_left(tmp.path(), "after the check");
@@ -798,7 +806,10 @@ fn a_completion_without_fencing_is_caught() {
     });
     let (verdict, said) = worker_verdicts(&dir, tmp.path(), "stale-completion");
     assert_eq!(verdict, "fail", "{said}");
-    assert!(said.contains("complete_task must check attempts"), "{said}");
+    assert!(
+        said.contains("complete_task must check that the task is still the attempt's"),
+        "{said}"
+    );
 }
 
 #[test]

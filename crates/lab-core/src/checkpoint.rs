@@ -11,6 +11,8 @@
 //! - [`Checkpoints::barrier`]: hold every caller until N are there (two requests really overlap);
 //! - [`Checkpoints::hold`]: hold the first caller until the scenario lets it go ("the first call
 //!   is still charging while the second arrives"); [`Hold::entered`] says when it is there;
+//! - [`Checkpoints::hold_all`]: hold every caller until the scenario lets them all go ("worker A's
+//!   call, and every retry its client sends meanwhile, waits while its lease runs out");
 //! - [`Checkpoints::notice`]: let callers pass, and tell the scenario that one did ("the service
 //!   has its answer ready").
 //!
@@ -22,12 +24,12 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use tokio::sync::{Barrier, Notify};
+use tokio::sync::{Barrier, Notify, watch};
 
 use crate::{Event, Narrator};
 
@@ -134,6 +136,35 @@ impl Checkpoints {
         }
     }
 
+    /// Holds every caller that reaches `point` (a request, and each retry its client sends while
+    /// it waits) until the [`HoldAll`] is released or dropped; then they all go on.
+    pub fn hold_all(&self, point: &str) -> HoldAll {
+        let (open, opened) = watch::channel(false);
+        let arrivals = Arc::new(AtomicUsize::new(0));
+        let entered = Arc::new(Notify::new());
+        self.install(point, {
+            let (arrivals, entered) = (arrivals.clone(), entered.clone());
+            Arc::new(move || {
+                let (arrivals, entered) = (arrivals.clone(), entered.clone());
+                let mut opened = opened.clone();
+                Box::pin(async move {
+                    arrivals.fetch_add(1, Ordering::SeqCst);
+                    entered.notify_one();
+                    // Returns at once once the hold is open, also for a caller that cloned the
+                    // hook just before it was cleared.
+                    let _ = opened.wait_for(|open| *open).await;
+                })
+            })
+        });
+        HoldAll {
+            checkpoints: self.clone(),
+            point: point.to_string(),
+            arrivals,
+            entered,
+            open,
+        }
+    }
+
     /// Lets callers of `point` pass, and tells when one has ([`Notice::passed`]).
     pub fn notice(&self, point: &str) -> Notice {
         let passed = Arc::new(Notify::new());
@@ -228,6 +259,57 @@ impl Drop for Hold {
     }
 }
 
+/// Every caller of a point, held there until it opens: made by [`Checkpoints::hold_all`].
+/// Released with [`HoldAll::release`], or when dropped.
+#[must_use = "a hold holds nothing until a caller enters it: wait with `entered`"]
+pub struct HoldAll {
+    checkpoints: Checkpoints,
+    point: String,
+    arrivals: Arc<AtomicUsize>,
+    entered: Arc<Notify>,
+    open: watch::Sender<bool>,
+}
+
+impl HoldAll {
+    /// Waits until a caller is held at the point (maybe already), at most `limit`. Later callers
+    /// are held too.
+    pub async fn entered(&self, limit: Duration) -> Result<(), NotReached> {
+        let first = async {
+            while self.arrivals() == 0 {
+                self.entered.notified().await;
+            }
+        };
+        tokio::time::timeout(limit, first)
+            .await
+            .map_err(|_| NotReached {
+                point: self.point.clone(),
+                limit,
+            })
+    }
+
+    /// How many callers have reached the point since the hold was made.
+    pub fn arrivals(&self) -> usize {
+        self.arrivals.load(Ordering::SeqCst)
+    }
+
+    /// The point it holds.
+    pub fn point(&self) -> &str {
+        &self.point
+    }
+
+    /// Lets every held caller go on, and every later one pass.
+    pub fn release(self) {
+        drop(self);
+    }
+}
+
+impl Drop for HoldAll {
+    fn drop(&mut self) {
+        self.checkpoints.clear(&self.point);
+        self.open.send_replace(true);
+    }
+}
+
 /// Tells when a caller has passed a point: made by [`Checkpoints::notice`]. The point is cleared
 /// when it is dropped.
 #[must_use = "a notice tells nothing unless you wait with `passed`"]
@@ -279,6 +361,51 @@ mod tests {
             .await
             .expect("the first caller is released")
             .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_all_holds_a_caller_and_its_retries_until_released() {
+        let points = Checkpoints::new();
+        let hold = points.hold_all("p");
+        let spawn = || {
+            let points = points.clone();
+            tokio::spawn(async move { points.reached("p").await })
+        };
+        let mut first = spawn();
+        hold.entered(Duration::from_secs(60))
+            .await
+            .expect("the first caller is held");
+        let mut retry = spawn();
+        assert!(
+            tokio::time::timeout(Duration::from_secs(60), &mut retry)
+                .await
+                .is_err(),
+            "a later caller is held too"
+        );
+        assert_eq!(hold.arrivals(), 2);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(60), &mut first)
+                .await
+                .is_err()
+        );
+        hold.release();
+        for caller in [first, retry] {
+            tokio::time::timeout(Duration::from_secs(60), caller)
+                .await
+                .expect("released")
+                .unwrap();
+        }
+        tokio::time::timeout(Duration::from_secs(60), points.reached("p"))
+            .await
+            .expect("after the release, callers pass");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_all_that_nobody_enters_says_so() {
+        let points = Checkpoints::new();
+        let hold = points.hold_all("p");
+        assert!(hold.entered(Duration::from_secs(5)).await.is_err());
+        assert_eq!(hold.arrivals(), 0);
     }
 
     #[tokio::test(start_paused = true)]

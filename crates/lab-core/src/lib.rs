@@ -19,6 +19,8 @@
 //! - [`render`]: text and JSON-lines renderers.
 //! - [`trace`]: the SQL statements and Redis commands a run executed, caught from `tracing`;
 //!   what the lab does backstage (its own reads) is left out.
+//! - [`wire`]: what one HTTP call did on the wire, and the one judgement of it (ok, fail or
+//!   unknown) that the scenarios and the exercises share.
 
 mod backstage;
 pub mod checkpoint;
@@ -30,11 +32,13 @@ pub mod narrator;
 pub mod render;
 pub mod text;
 pub mod trace;
+pub mod wire;
 
-pub use checkpoint::{Checkpoints, Hold, NotReached, Notice};
+pub use checkpoint::{Checkpoints, Hold, HoldAll, NotReached, Notice};
 pub use event::{CodePlace, Event, Executed, Fault, Outcome, Server, Table};
 pub use facts::{FactCheck, Facts};
 pub use gate::{Gate, Quit};
 pub use lang::Lang;
 pub use narrator::{Bounds, Narrator};
 pub use text::{Arg, Msg, Texts};
+pub use wire::{Answer, Wire, classify};

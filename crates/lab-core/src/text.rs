@@ -6,7 +6,10 @@
 //!
 //! Events carry a [`Msg`]: a key and named arguments, never a finished sentence. That keeps the
 //! event stream language-free: `lab check` renders one recorded run in both languages.
-//! Placeholders are `{name}`; `{{` and `}}` stand for literal braces.
+//! Placeholders are `{name}`; `{{` and `}}` stand for literal braces. A word that agrees with a
+//! number is `{name|forms}`: `{count|report|reports}` in English (one, other),
+//! `{count|отчёт|отчёта|отчётов}` in Russian (one, few, many); it renders the form alone, so
+//! the text says `{count} {count|report|reports}`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -230,7 +233,17 @@ impl Texts {
                     out.push('}');
                 }
                 '{' => {
-                    let name: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                    let inside: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                    if let Some((name, forms)) = inside.split_once('|') {
+                        match msg.args.iter().find(|(n, _)| *n == name) {
+                            Some((_, Arg::Int(n))) => out.push_str(plural(lang, *n, forms)),
+                            _ => {
+                                let _ = write!(out, "⟦{name}⟧");
+                            }
+                        }
+                        continue;
+                    }
+                    let name = inside;
                     match msg.args.iter().find(|(n, _)| *n == name) {
                         Some((_, Arg::Str(s))) => out.push_str(s),
                         Some((_, Arg::Int(n))) => {
@@ -247,6 +260,25 @@ impl Texts {
         }
         out
     }
+}
+
+/// The form of a word that agrees with `n`, from `forms` separated by `|`: English one, other;
+/// Russian one (1, 21, 101), few (2–4, 22–24), many (0, 5–20, 25–30, 11–14). Missing forms fall
+/// back to the last one given.
+fn plural(lang: Lang, n: i64, forms: &str) -> &str {
+    let forms: Vec<&str> = forms.split('|').collect();
+    let n = n.unsigned_abs();
+    let index = match lang {
+        Lang::En => usize::from(n != 1),
+        Lang::Ru => match (n % 10, n % 100) {
+            (1, 11) => 2,
+            (1, _) => 0,
+            (2..=4, 12..=14) => 2,
+            (2..=4, _) => 1,
+            _ => 2,
+        },
+    };
+    forms[index.min(forms.len() - 1)]
 }
 
 /// Flattens nested tables into dotted keys; returns the offending key on a non-text value.
@@ -296,6 +328,40 @@ mod tests {
         )
         .unwrap();
         t
+    }
+
+    #[test]
+    fn a_word_agrees_with_its_number_in_each_language() {
+        let mut t = Texts::new();
+        t.add(COMMON, Lang::En, "n = \"{n} {n|session|sessions}\"")
+            .unwrap();
+        t.add(
+            COMMON,
+            Lang::Ru,
+            "n = \"{n} {n|сессия|сессии|сессий}\"\nbad = \"{n|a|b}\"",
+        )
+        .unwrap();
+        let en = |n: i64| t.render(COMMON, Lang::En, &Msg::new("n").arg("n", n));
+        let ru = |n: i64| t.render(COMMON, Lang::Ru, &Msg::new("n").arg("n", n));
+        assert_eq!(en(0), "0 sessions");
+        assert_eq!(en(1), "1 session");
+        assert_eq!(en(2), "2 sessions");
+        assert_eq!(en(11), "11 sessions");
+        assert_eq!(ru(1), "1 сессия");
+        assert_eq!(ru(21), "21 сессия");
+        assert_eq!(ru(2), "2 сессии");
+        assert_eq!(ru(24), "24 сессии");
+        assert_eq!(ru(0), "0 сессий");
+        assert_eq!(ru(5), "5 сессий");
+        assert_eq!(ru(11), "11 сессий");
+        assert_eq!(ru(12), "12 сессий");
+        assert_eq!(ru(111), "111 сессий");
+        assert_eq!(ru(101), "101 сессия");
+        assert_eq!(
+            t.render(COMMON, Lang::Ru, &Msg::new("bad").arg("n", "x")),
+            "⟦n⟧",
+            "a word that agrees with no number shows the name"
+        );
     }
 
     #[test]

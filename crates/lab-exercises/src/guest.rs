@@ -7,8 +7,8 @@
 //!   worker pool's children go with it. Dropping a [`Guest`] (an error, a Ctrl-C that drops the
 //!   check) kills the group too.
 //! - Its environment is the learner's own, minus the lab's settings (`LAB_*`, `DATABASE_URL`,
-//!   `REDIS_URL`, `TOXIPROXY_URL`), plus `PORT`, `HOST`, `DATABASE_URL` on the run's schema and
-//!   `LAB_RUN`.
+//!   `REDIS_URL`, `TOXIPROXY_URL`), plus what the lab gives it ([`crate::guest_env`]: the whole
+//!   contract, in one table).
 //! - Its stdout and stderr go to one log file in a temporary folder; the tail is shown when it
 //!   never answered, or beside a failed check.
 
@@ -55,6 +55,15 @@ pub enum NotReady {
     },
 }
 
+impl NotReady {
+    /// What the program printed before the lab gave up on it.
+    pub fn output(&self) -> &str {
+        match self {
+            NotReady::Exited { output, .. } | NotReady::Silent { output, .. } => output,
+        }
+    }
+}
+
 /// A place in a guest's output (see [`Guest::mark`]).
 #[derive(Debug, Clone, Default)]
 pub struct Mark {
@@ -72,8 +81,6 @@ pub struct Guest {
     /// Holds the log file's folder as long as the guest.
     logs: Arc<TempDir>,
     process: Option<ServerProcess>,
-    /// How many times it was started (a crash check starts it twice).
-    pub starts: u32,
 }
 
 impl Guest {
@@ -85,7 +92,7 @@ impl Guest {
         env: Vec<(String, String)>,
     ) -> Result<Guest, ExerciseError> {
         let logs = tempfile::Builder::new()
-            .prefix("lab-exercise-")
+            .prefix(lab_infra::leftovers::EXERCISE_PREFIX)
             .tempdir()
             .map_err(ExerciseError::io(std::env::temp_dir()))?;
         // Named for the next `lab`'s sweep: should this one be killed, it ends what the program
@@ -103,7 +110,6 @@ impl Guest {
             log,
             logs: Arc::new(logs),
             process: None,
-            starts: 0,
         })
     }
 
@@ -186,7 +192,6 @@ impl Guest {
         lab_infra::leftovers::record_group(self.logs.path(), process.pid(), &self.dir)
             .map_err(ExerciseError::io(self.logs.path()))?;
         self.process = Some(process);
-        self.starts += 1;
         Ok(())
     }
 
@@ -262,11 +267,6 @@ impl Guest {
         if let Some(process) = self.process.take() {
             process.stop().await;
         }
-    }
-
-    /// The process group's id while the program runs (for tests of the cleanup).
-    pub fn pid(&self) -> Option<u32> {
-        self.process.as_ref().map(ServerProcess::pid)
     }
 
     /// How much the program has printed so far: a mark for [`Guest::output_since`].

@@ -29,19 +29,20 @@
 
 use std::time::{Duration, Instant};
 
-use lab_core::{Checkpoints, Msg};
+use lab_core::Msg;
 use lab_services::mailer;
-use lab_services::spec::{RunningService, ServiceEnv};
+use lab_services::spec::ServiceEnv;
 use redis::aio::MultiplexedConnection;
 use serde::Deserialize;
 
-use crate::catalogue::{CheckSpec, Exercise};
+use crate::charge_once::with_payments_space;
 use crate::error::ExerciseError;
-use crate::guest::{Guest, Mark};
-use crate::manifest::Manifest;
-use crate::payment_world::{STAGING_LIMIT, TENANT, glob_escape, launch, redis_error, scan};
-use crate::verdict::{Line, Verdict, fail};
-use crate::world::World;
+use crate::exercise::{Check, CheckOptions, Checked, Checks, Exercise, Setup, Subject};
+use crate::guest_env::GuestEnv;
+use crate::judgement::{Judged, broke, fail, undecided, unknown};
+use crate::lab_side::{STAGING_LIMIT, glob_escape, scan};
+use crate::payment::TENANT;
+use crate::rig::{Program, Rig, World, run_checks};
 
 pub static EXERCISE: Exercise = Exercise {
     name: "invoice-consumer",
@@ -49,23 +50,24 @@ pub static EXERCISE: Exercise = Exercise {
     needs: lab_infra::Needs::REDIS,
     langs: &["python", "rust"],
     rust_uses_idem: true,
-    checks: &[
-        CheckSpec::new("one-email"),
-        CheckSpec::new("ack-lost").restarts(),
-        CheckSpec::new("redelivered"),
-        CheckSpec::new("new-version"),
-        CheckSpec::new("changed-recipient"),
-        CheckSpec::new("in-progress-duplicate"),
-        CheckSpec::new("ack-after-send"),
-    ],
-    starter_fails: &[
-        "ack-lost",
-        "redelivered",
-        "changed-recipient",
-        "in-progress-duplicate",
-        "ack-after-send",
-    ],
+    checks: &CHECKS,
+    open: |setup| Box::pin(open(setup)),
 };
+
+static CHECKS: Checks<InvoiceConsumer> = Checks(&[
+    Check::new("one-email", |w| Box::pin(one_email_check(w))),
+    Check::new("ack-lost", |w| Box::pin(ack_lost(w)))
+        .restarts()
+        .starter_fails(),
+    Check::new("redelivered", |w| Box::pin(redelivered(w))).starter_fails(),
+    Check::new("new-version", |w| Box::pin(new_version(w))),
+    Check::new("changed-recipient", |w| Box::pin(changed_recipient(w))).starter_fails(),
+    Check::new("in-progress-duplicate", |w| {
+        Box::pin(in_progress_duplicate(w))
+    })
+    .starter_fails(),
+    Check::new("ack-after-send", |w| Box::pin(ack_after_send(w))).starter_fails(),
+]);
 
 /// The consumer group the lab creates on each check's stream.
 const GROUP: &str = "invoicing";
@@ -87,8 +89,6 @@ const RECORD_POLL: Duration = Duration::from_millis(2);
 /// a pass. (One second, with the kill before the cut, was unknown once in 101 of CI's runs on a
 /// machine busy with other work.)
 const ACK_DELAY_MS: u64 = 2000;
-
-type Checked = Result<Verdict, ExerciseError>;
 
 /// A job of a check: the lesson's InvoiceJob.
 #[derive(Debug, Clone)]
@@ -130,82 +130,55 @@ impl Job {
 
 /// An email as the mailer lists it.
 #[derive(Debug, Clone, Deserialize)]
-struct Sent {
+struct Email {
     email_id: String,
     to: String,
     subject: String,
 }
 
 /// What the invoice-consumer checks work with.
-pub struct Depot {
-    pub run: String,
+pub struct InvoiceConsumer {
+    rig: Rig,
     /// `lab:<run>:`: the streams' prefix.
-    pub run_prefix: String,
+    run_prefix: String,
     /// `KEY_PREFIX`: the consumers' records.
-    pub key_prefix: String,
-    pub redis: MultiplexedConnection,
-    pub proxies: faultproxy::FaultProxy,
+    key_prefix: String,
+    redis: MultiplexedConnection,
     /// The consumers → Redis.
-    pub redis_hop: faultproxy::Proxy,
-    pub mailer: RunningService,
-    pub checkpoints: Checkpoints,
-    pub dir: std::path::PathBuf,
-    pub manifest: Manifest,
-    pub env: Vec<(String, String)>,
-    /// This check's stream, and its consumers (kept for their output).
+    redis_hop: faultproxy::Proxy,
+    mailer: String,
+    /// This check's stream.
     stream: String,
-    consumers: Vec<(String, Guest)>,
-    http: reqwest::Client,
-    pub schedule: Vec<Line>,
 }
 
-/// Starts the depot: the mailer and the consumers' link to Redis.
-pub async fn open(
-    run: &str,
-    run_prefix: &str,
-    redis: MultiplexedConnection,
-    redis_addr: &str,
-    dir: std::path::PathBuf,
-    manifest: Manifest,
-    extra_env: Vec<(String, String)>,
-) -> Result<Depot, ExerciseError> {
-    let checkpoints = Checkpoints::new();
-    let mailer = launch(
-        &mailer::SPEC,
-        ServiceEnv::default().with_checkpoints(checkpoints.clone()),
-    )?;
-    let proxies = faultproxy::FaultProxy::new();
-    let hop = proxies
-        .create(&format!("exercise-{run}-redis"), "127.0.0.1:0", redis_addr)
+async fn open(setup: Setup<'_>) -> Result<Checked, ExerciseError> {
+    let Setup {
+        subject,
+        servers,
+        options,
+        on_report,
+    } = setup;
+    let Subject::Program { dir, manifest } = subject else {
+        return Err(ExerciseError::TargetNotApplicable {
+            exercise: "invoice-consumer",
+            why: "a consumer per check, with its link to Redis behind the fault proxy",
+        });
+    };
+    with_payments_space(servers, async |space, redis, redis_addr| {
+        let world = InvoiceConsumer::open(
+            &space.run_id,
+            &space.prefix,
+            redis,
+            redis_addr,
+            Program { dir, manifest },
+            options,
+        )
         .await?;
-    let key_prefix = format!("{run_prefix}idempotency:");
-    let env = vec![
-        ("REDIS_URL".to_string(), format!("redis://{}/0", hop.listen)),
-        ("KEY_PREFIX".to_string(), key_prefix.clone()),
-        ("GROUP".to_string(), GROUP.to_string()),
-        ("MAILER_URL".to_string(), mailer.url()),
-        ("CLAIM_IDLE_MS".to_string(), CLAIM_IDLE_MS.to_string()),
-        ("LEASE_SECONDS".to_string(), LEASE_SECONDS.to_string()),
-        ("LAB_RUN".to_string(), run.to_string()),
-        ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
-    ];
-    Ok(Depot {
-        run: run.to_string(),
-        run_prefix: run_prefix.to_string(),
-        key_prefix,
-        redis,
-        redis_hop: proxies.get(&hop.name).expect("just created"),
-        proxies,
-        mailer,
-        checkpoints,
-        dir,
-        manifest,
-        env: env.into_iter().chain(extra_env).collect(),
-        stream: String::new(),
-        consumers: Vec::new(),
-        http: reqwest::Client::new(),
-        schedule: Vec::new(),
+        Ok(Checked::Reports(
+            run_checks(&CHECKS, world, options, on_report).await?,
+        ))
     })
+    .await
 }
 
 /// One pending entry: its id, and how often it was delivered.
@@ -215,9 +188,34 @@ struct Pending {
     deliveries: u64,
 }
 
-impl Depot {
+impl InvoiceConsumer {
+    /// Starts the mailer and the consumers' link to Redis (the consumers start per check).
+    async fn open(
+        run: &str,
+        run_prefix: &str,
+        redis: MultiplexedConnection,
+        redis_addr: &str,
+        program: Program,
+        options: &CheckOptions,
+    ) -> Result<InvoiceConsumer, ExerciseError> {
+        let mut rig = Rig::new(run, options, Some(program));
+        rig.build().await?;
+        let env = ServiceEnv::default().with_checkpoints(rig.checkpoints.clone());
+        let mailer = rig.launch(&mailer::SPEC, env)?;
+        let redis_hop = rig.proxy("redis", redis_addr).await?;
+        Ok(InvoiceConsumer {
+            rig,
+            run_prefix: run_prefix.to_string(),
+            key_prefix: format!("{run_prefix}idempotency:"),
+            redis,
+            redis_hop,
+            mailer,
+            stream: String::new(),
+        })
+    }
+
     fn step(&mut self, msg: Msg) {
-        self.schedule.push(Line::Step(msg));
+        self.rig.step(msg);
     }
 
     /// A fresh stream and group for the check `name`.
@@ -230,32 +228,30 @@ impl Depot {
             .arg("$")
             .arg("MKSTREAM")
             .query_async::<()>(&mut self.redis)
-            .await
-            .map_err(redis_error)
+            .await?;
+        Ok(())
     }
 
     /// Starts consumer `who` on this check's stream.
     async fn start_consumer(&mut self, who: &str) -> Result<(), ExerciseError> {
-        let env = self
-            .env
-            .iter()
-            .cloned()
-            .chain([
-                ("STREAM".to_string(), self.stream.clone()),
-                ("CONSUMER".to_string(), who.to_string()),
-            ])
-            .collect();
-        let mut consumer = Guest::new(&self.dir, self.manifest.clone(), 0, env)?;
-        consumer.launch().await?;
+        let env = GuestEnv {
+            redis_url: Some(format!("redis://{}/0", self.redis_hop.listen_addr())),
+            key_prefix: Some(self.key_prefix.clone()),
+            group: Some(GROUP.to_string()),
+            mailer_url: Some(self.mailer.clone()),
+            claim_idle_ms: Some(CLAIM_IDLE_MS),
+            lease_seconds: Some(LEASE_SECONDS),
+            stream: Some(self.stream.clone()),
+            consumer: Some(who.to_string()),
+            ..self.rig.env()
+        };
+        self.rig.launch_job(who, env).await?;
         self.step(Msg::new("step.start").arg("who", who));
-        self.consumers.push((who.to_string(), consumer));
         Ok(())
     }
 
     async fn kill_consumer(&mut self, who: &str) {
-        if let Some((_, consumer)) = self.consumers.iter_mut().find(|(w, _)| w == who) {
-            consumer.kill().await;
-        }
+        self.rig.kill_job(who).await;
         self.step(Msg::new("step.kill").arg("who", who));
     }
 
@@ -273,8 +269,7 @@ impl Depot {
                 ("email", job.email.as_str()),
             ])
             .query_async(&mut self.redis)
-            .await
-            .map_err(redis_error)?;
+            .await?;
         self.step(
             Msg::new("step.publish")
                 .arg("order", job.order.as_str())
@@ -294,8 +289,7 @@ impl Depot {
             .arg("+")
             .arg(100)
             .query_async(&mut self.redis)
-            .await
-            .map_err(redis_error)?;
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(id, _consumer, _idle, deliveries)| Pending { id, deliveries })
@@ -311,8 +305,7 @@ impl Depot {
             .arg("GROUPS")
             .arg(&self.stream)
             .query_async(&mut self.redis)
-            .await
-            .map_err(redis_error)?;
+            .await?;
         let last = groups.first().and_then(last_delivered);
         let delivered = last.is_some_and(|last| entry_order(&last) >= entry_order(id));
         if !delivered {
@@ -357,7 +350,7 @@ impl Depot {
     }
 
     /// The emails the mailer sent for `job`'s invoice (its subject), recorded.
-    async fn emails(&mut self, job: &Job) -> Result<Vec<Sent>, ExerciseError> {
+    async fn emails(&mut self, job: &Job) -> Result<Vec<Email>, ExerciseError> {
         let emails = self.list_emails(job).await?;
         let shown: Vec<String> = emails
             .iter()
@@ -379,22 +372,22 @@ impl Depot {
         Ok(emails)
     }
 
-    async fn list_emails(&self, job: &Job) -> Result<Vec<Sent>, ExerciseError> {
+    async fn list_emails(&self, job: &Job) -> Result<Vec<Email>, ExerciseError> {
         #[derive(Deserialize)]
         struct Listed {
-            emails: Vec<Sent>,
+            emails: Vec<Email>,
         }
-        let failed = |e: reqwest::Error| ExerciseError::Target(format!("the mailer's list: {e}"));
         let listed: Listed = self
+            .rig
             .http
-            .get(format!("{}/emails", self.mailer.url()))
+            .get(format!("{}/emails", self.mailer))
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .map_err(failed)?
+            .map_err(ExerciseError::http("mailer's list"))?
             .json()
             .await
-            .map_err(failed)?;
+            .map_err(ExerciseError::http("mailer's list"))?;
         Ok(listed
             .emails
             .into_iter()
@@ -418,12 +411,15 @@ impl Depot {
 
     /// Why more than one email went out for an invoice, or why its result is not where the
     /// lab looks: a key made of the delivery id, if the records say so; else `otherwise`.
-    async fn explained(&mut self, job: &Job, otherwise: Verdict) -> Result<Verdict, ExerciseError> {
+    async fn explained(&mut self, job: &Job, otherwise: Judged) -> Judged {
+        if otherwise.is_ok() {
+            return otherwise;
+        }
         let by_delivery = self.keys_naming_delivery(job).await?;
-        Ok(match by_delivery.first() {
-            Some(key) => Verdict::Fail(fail("delivery_key").arg("key", key.as_str())),
+        match by_delivery.first() {
+            Some(key) => fail(broke("delivery_key").arg("key", key.as_str())),
             None => otherwise,
-        })
+        }
     }
 
     /// The consumers' records of `job`'s invoice: every key under the prefix that names its
@@ -436,8 +432,7 @@ impl Depot {
             let dumped: Option<Vec<u8>> = redis::cmd("DUMP")
                 .arg(&key)
                 .query_async(&mut self.redis)
-                .await
-                .map_err(redis_error)?;
+                .await?;
             if let Some(dumped) = dumped {
                 records.push((key, dumped));
             }
@@ -454,23 +449,20 @@ impl Depot {
         }
         Ok(found)
     }
+}
 
-    /// Stops this check's consumers.
-    async fn stop_consumers(&mut self) {
-        for (_, consumer) in &mut self.consumers {
-            consumer.stop().await;
-        }
+impl World for InvoiceConsumer {
+    fn rig(&mut self) -> &mut Rig {
+        &mut self.rig
     }
 
-    async fn consumers_output(&self) -> Option<String> {
-        let mut said = Vec::new();
-        for (who, consumer) in &self.consumers {
-            let output = consumer.output().await;
-            if !output.trim().is_empty() {
-                said.push(format!("[consumer {who}]\n{output}"));
-            }
-        }
-        (!said.is_empty()).then(|| said.join("\n"))
+    async fn after(&mut self) {
+        let _ = self.redis_hop.remove_toxic("ack_delay");
+        let _ = self.redis_hop.set_enabled(true).await;
+    }
+
+    async fn close(self) {
+        self.rig.close().await;
     }
 }
 
@@ -496,64 +488,42 @@ fn entry_order(id: &str) -> (u64, u64) {
     (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
 }
 
-/// Exactly one email for `job`'s invoice; the verdict that says otherwise.
-fn one_email(emails: &[Sent]) -> Result<(), Verdict> {
+/// Exactly one email for `job`'s invoice.
+fn one_email(emails: &[Email]) -> Judged {
     match emails.len() {
         1 => Ok(()),
-        0 => Err(Verdict::Fail(fail("no_email"))),
-        n => Err(Verdict::Fail(fail("emails").arg("count", n))),
+        0 => fail(broke("no_email")),
+        n => fail(broke("emails").arg("count", n)),
     }
 }
 
-macro_rules! judged {
-    ($e:expr) => {
-        if let Err(verdict) = $e {
-            return Ok(verdict);
-        }
-    };
-}
-
-/// Runs the check `name` on a stream of its own, with consumers of its own.
-pub async fn run(name: &str, depot: &mut Depot) -> Checked {
-    depot.consumers.clear();
-    depot.new_stream(name).await?;
-    match name {
-        "one-email" => one_email_check(depot).await,
-        "ack-lost" => ack_lost(depot).await,
-        "redelivered" => redelivered(depot).await,
-        "new-version" => new_version(depot).await,
-        "changed-recipient" => changed_recipient(depot).await,
-        "in-progress-duplicate" => in_progress_duplicate(depot).await,
-        "ack-after-send" => ack_after_send(depot).await,
-        other => unreachable!("invoice-consumer has no check {other}"),
-    }
-}
-
-async fn one_email_check(depot: &mut Depot) -> Checked {
-    depot.start_consumer("A").await?;
+async fn one_email_check(w: &mut InvoiceConsumer) -> Judged {
+    w.new_stream("one-email").await?;
+    w.start_consumer("A").await?;
     let job = Job::new(1, 1);
-    let id = depot.publish(&job).await?;
-    let acked = depot.wait_acked(&[&id]).await?;
-    depot.wait_emails(&job, 1).await?;
-    let emails = depot.emails(&job).await?;
-    judged!(one_email(&emails));
+    let id = w.publish(&job).await?;
+    let acked = w.wait_acked(&[&id]).await?;
+    w.wait_emails(&job, 1).await?;
+    let emails = w.emails(&job).await?;
+    one_email(&emails)?;
     if !acked {
-        return Ok(Verdict::Fail(fail("never_acked")));
+        return fail(broke("never_acked"));
     }
-    Ok(Verdict::Pass)
+    Ok(())
 }
 
-async fn ack_lost(depot: &mut Depot) -> Checked {
-    depot.start_consumer("A").await?;
+async fn ack_lost(w: &mut InvoiceConsumer) -> Judged {
+    w.new_stream("ack-lost").await?;
+    w.start_consumer("A").await?;
     let job = Job::new(2, 2);
-    let hold = depot.checkpoints.hold(mailer::SENT);
-    let id = depot.publish(&job).await?;
+    let hold = w.rig.checkpoints.hold(mailer::SENT);
+    let id = w.publish(&job).await?;
     if hold.entered(STAGING_LIMIT).await.is_err() {
-        return Ok(Verdict::Unknown(Msg::new("unknown.never_sent")));
+        return unknown(undecided("never_sent"));
     }
     // From now on every command of A's reaches Redis ACK_DELAY_MS late: the store, and the
     // XACK A sends only once the store has answered.
-    depot.redis_hop.add_toxic(
+    w.redis_hop.add_toxic(
         faultproxy::Toxic::new(
             faultproxy::ToxicKind::Latency {
                 latency: ACK_DELAY_MS,
@@ -563,18 +533,18 @@ async fn ack_lost(depot: &mut Depot) -> Checked {
         )
         .named("ack_delay"),
     )?;
-    depot.step(Msg::new("step.ack_delayed").arg("ms", ACK_DELAY_MS as i64));
+    w.step(Msg::new("step.ack_delayed").arg("ms", ACK_DELAY_MS));
     // What the records are while the email is sent (a reservation, if any): the store is the
     // next write to them.
-    let before = depot.records(&job).await?;
+    let before = w.records(&job).await?;
     hold.release();
     let started = Instant::now();
     let stored = loop {
-        let now = depot.records(&job).await?;
+        let now = w.records(&job).await?;
         if !now.is_empty() && now != before {
             break true;
         }
-        if depot.acked(&id).await? || started.elapsed() > STAGING_LIMIT {
+        if w.acked(&id).await? || started.elapsed() > STAGING_LIMIT {
             break false;
         }
         tokio::time::sleep(RECORD_POLL).await;
@@ -582,204 +552,210 @@ async fn ack_lost(depot: &mut Depot) -> Checked {
     // The link first: the XACK still in the proxy's delay goes with its connection, and while the
     // link is down A cannot connect again to send another. Then A is killed, and the link healed
     // for B.
-    depot.redis_hop.set_enabled(false).await?;
-    depot.kill_consumer("A").await;
-    let _ = depot.redis_hop.remove_toxic("ack_delay");
-    depot.redis_hop.set_enabled(true).await?;
+    w.redis_hop.set_enabled(false).await?;
+    w.kill_consumer("A").await;
+    let _ = w.redis_hop.remove_toxic("ack_delay");
+    w.redis_hop.set_enabled(true).await?;
     if !stored {
-        let acked = depot.acked(&id).await?;
-        depot.step(Msg::new(if acked {
+        let acked = w.acked(&id).await?;
+        w.step(Msg::new(if acked {
             "step.acked_unstored"
         } else {
             "step.nothing_stored"
         }));
-        return depot
-            .explained(&job, Verdict::Fail(fail("no_record")))
-            .await;
+        return w.explained(&job, fail(broke("no_record"))).await;
     }
-    if depot.acked(&id).await? {
-        return Ok(Verdict::Unknown(Msg::new("unknown.ack_landed")));
+    if w.acked(&id).await? {
+        return unknown(undecided("ack_landed"));
     }
-    depot.step(Msg::new("step.stored_not_acked"));
-    depot.start_consumer("B").await?;
-    let acked = depot.wait_acked(&[&id]).await?;
-    let emails = depot.emails(&job).await?;
-    judged!(one_email(&emails));
+    w.step(Msg::new("step.stored_not_acked"));
+    w.start_consumer("B").await?;
+    let acked = w.wait_acked(&[&id]).await?;
+    let emails = w.emails(&job).await?;
+    one_email(&emails)?;
     if !acked {
-        return Ok(Verdict::Fail(
-            fail("never_claimed").arg("ms", CLAIM_IDLE_MS as i64),
-        ));
+        return fail(broke("never_claimed").arg("ms", CLAIM_IDLE_MS));
     }
-    Ok(Verdict::Pass)
+    Ok(())
 }
 
-async fn redelivered(depot: &mut Depot) -> Checked {
-    depot.start_consumer("A").await?;
+async fn redelivered(w: &mut InvoiceConsumer) -> Judged {
+    w.new_stream("redelivered").await?;
+    w.start_consumer("A").await?;
     let job = Job::new(3, 31);
     let again = job.delivered_as(32);
-    let first = depot.publish(&job).await?;
-    let second = depot.publish(&again).await?;
-    let acked = depot.wait_acked(&[&first, &second]).await?;
-    depot.wait_emails(&job, 1).await?;
-    let emails = depot.emails(&job).await?;
-    if let Err(verdict) = one_email(&emails) {
-        return depot.explained(&job, verdict).await;
-    }
+    let first = w.publish(&job).await?;
+    let second = w.publish(&again).await?;
+    let acked = w.wait_acked(&[&first, &second]).await?;
+    w.wait_emails(&job, 1).await?;
+    let emails = w.emails(&job).await?;
+    let judged = one_email(&emails);
+    w.explained(&job, judged).await?;
     if !acked {
-        return Ok(Verdict::Fail(fail("never_acked")));
+        return fail(broke("never_acked"));
     }
-    Ok(Verdict::Pass)
+    Ok(())
 }
 
-async fn new_version(depot: &mut Depot) -> Checked {
-    depot.start_consumer("A").await?;
+async fn new_version(w: &mut InvoiceConsumer) -> Judged {
+    w.new_stream("new-version").await?;
+    w.start_consumer("A").await?;
     let v1 = Job::new(4, 41);
     let v2 = Job {
         version: 2,
         ..v1.delivered_as(42)
     };
-    let first = depot.publish(&v1).await?;
-    let second = depot.publish(&v2).await?;
-    let acked = depot.wait_acked(&[&first, &second]).await?;
-    depot.wait_emails(&v1, 1).await?;
-    depot.wait_emails(&v2, 1).await?;
-    let one = depot.emails(&v1).await?;
-    let two = depot.emails(&v2).await?;
+    let first = w.publish(&v1).await?;
+    let second = w.publish(&v2).await?;
+    let acked = w.wait_acked(&[&first, &second]).await?;
+    w.wait_emails(&v1, 1).await?;
+    w.wait_emails(&v2, 1).await?;
+    let one = w.emails(&v1).await?;
+    let two = w.emails(&v2).await?;
     if two.is_empty() {
-        return Ok(Verdict::Fail(fail("new_version_not_sent")));
+        return fail(broke("new_version_not_sent"));
     }
-    judged!(one_email(&one));
-    judged!(one_email(&two));
+    one_email(&one)?;
+    one_email(&two)?;
     if !acked {
-        return Ok(Verdict::Fail(fail("never_acked")));
+        return fail(broke("never_acked"));
     }
-    Ok(Verdict::Pass)
+    Ok(())
 }
 
-async fn changed_recipient(depot: &mut Depot) -> Checked {
-    depot.start_consumer("A").await?;
+async fn changed_recipient(w: &mut InvoiceConsumer) -> Judged {
+    w.new_stream("changed-recipient").await?;
+    w.start_consumer("A").await?;
     let job = Job::new(5, 51);
-    let first = depot.publish(&job).await?;
-    if !depot.wait_acked(&[&first]).await? {
-        return Ok(Verdict::Fail(fail("never_acked")));
+    let first = w.publish(&job).await?;
+    if !w.wait_acked(&[&first]).await? {
+        return fail(broke("never_acked"));
     }
     let other = Job {
         email: "boris@example.com".to_string(),
         ..job.delivered_as(52)
     };
-    let second = depot.publish(&other).await?;
+    let second = w.publish(&other).await?;
     // Settled (acked, refused for good), or tried and claimed again: either way, decided.
-    let deliveries = depot.wait_delivered(&second, 2).await?;
-    depot.step(match deliveries {
+    let deliveries = w.wait_delivered(&second, 2).await?;
+    w.step(match deliveries {
         None => Msg::new("step.settled"),
-        Some(n) => Msg::new("step.pending").arg("count", n as i64),
+        Some(n) => Msg::new("step.pending").arg("count", n),
     });
-    let emails = depot.emails(&job).await?;
+    let emails = w.emails(&job).await?;
     if emails.iter().any(|e| e.to == other.email) {
-        return Ok(Verdict::Fail(fail("recipient_changed_sent")));
+        return fail(broke("recipient_changed_sent"));
     }
-    judged!(one_email(&emails));
-    Ok(Verdict::Pass)
+    one_email(&emails)
 }
 
-async fn in_progress_duplicate(depot: &mut Depot) -> Checked {
-    depot.start_consumer("A").await?;
+async fn in_progress_duplicate(w: &mut InvoiceConsumer) -> Judged {
+    w.new_stream("in-progress-duplicate").await?;
+    w.start_consumer("A").await?;
     let job = Job::new(6, 61);
-    let hold = depot.checkpoints.hold(mailer::SENT);
-    let first = depot.publish(&job).await?;
+    let hold = w.rig.checkpoints.hold(mailer::SENT);
+    let first = w.publish(&job).await?;
     if hold.entered(STAGING_LIMIT).await.is_err() {
-        return Ok(Verdict::Unknown(Msg::new("unknown.never_sent")));
+        return unknown(undecided("never_sent"));
     }
-    depot.step(Msg::new("step.held").arg("who", "A"));
+    w.step(Msg::new("step.held").arg("who", "A"));
     // A is inside the mailer: the duplicate can only be B's.
-    depot.start_consumer("B").await?;
+    w.start_consumer("B").await?;
     let again = job.delivered_as(62);
-    let second = depot.publish(&again).await?;
+    let second = w.publish(&again).await?;
     // B took it, and took it again after its idle time: its first attempt is over.
-    let deliveries = depot.wait_delivered(&second, 2).await?;
-    let emails_meanwhile = depot.emails(&job).await?;
-    let verdict = match deliveries {
-        _ if emails_meanwhile.len() > 1 => Some(
-            depot
-                .explained(
-                    &job,
-                    Verdict::Fail(fail("emails").arg("count", emails_meanwhile.len())),
-                )
-                .await?,
-        ),
-        None => Some(Verdict::Fail(fail("duplicate_acked"))),
-        Some(n) if n < 2 => Some(Verdict::Fail(
-            fail("never_claimed").arg("ms", CLAIM_IDLE_MS as i64),
-        )),
+    let deliveries = w.wait_delivered(&second, 2).await?;
+    let emails_meanwhile = w.emails(&job).await?;
+    let meanwhile: Judged = match deliveries {
+        _ if emails_meanwhile.len() > 1 => {
+            let judged = fail(broke("emails").arg("count", emails_meanwhile.len()));
+            w.explained(&job, judged).await
+        }
+        None => fail(broke("duplicate_acked")),
+        Some(n) if n < 2 => fail(broke("never_claimed").arg("ms", CLAIM_IDLE_MS)),
         Some(n) => {
-            depot.step(Msg::new("step.pending").arg("count", n as i64));
-            None
+            w.step(Msg::new("step.pending").arg("count", n));
+            Ok(())
         }
     };
-    depot.step(Msg::new("step.release").arg("who", "A"));
+    w.step(Msg::new("step.release").arg("who", "A"));
     hold.release();
-    if let Some(verdict) = verdict {
-        return Ok(verdict);
-    }
-    let acked = depot.wait_acked(&[&first, &second]).await?;
-    let emails = depot.emails(&job).await?;
-    judged!(one_email(&emails));
+    meanwhile?;
+    let acked = w.wait_acked(&[&first, &second]).await?;
+    let emails = w.emails(&job).await?;
+    one_email(&emails)?;
     if !acked {
-        return Ok(Verdict::Fail(fail("never_settled")));
+        return fail(broke("never_settled"));
     }
-    Ok(Verdict::Pass)
+    Ok(())
 }
 
-async fn ack_after_send(depot: &mut Depot) -> Checked {
-    depot.start_consumer("A").await?;
+async fn ack_after_send(w: &mut InvoiceConsumer) -> Judged {
+    w.new_stream("ack-after-send").await?;
+    w.start_consumer("A").await?;
     let job = Job::new(7, 71);
-    let hold = depot.checkpoints.hold(mailer::SENT);
-    let id = depot.publish(&job).await?;
+    let hold = w.rig.checkpoints.hold(mailer::SENT);
+    let id = w.publish(&job).await?;
     if hold.entered(STAGING_LIMIT).await.is_err() {
-        return Ok(Verdict::Unknown(Msg::new("unknown.never_sent")));
+        return unknown(undecided("never_sent"));
     }
-    depot.step(Msg::new("step.held").arg("who", "A"));
-    let acked_early = depot.acked(&id).await?;
-    depot.step(Msg::new("step.release").arg("who", "A"));
+    w.step(Msg::new("step.held").arg("who", "A"));
+    let acked_early = w.acked(&id).await?;
+    w.step(Msg::new("step.release").arg("who", "A"));
     hold.release();
     if acked_early {
-        return Ok(Verdict::Fail(fail("acked_before_send")));
+        return fail(broke("acked_before_send"));
     }
-    let acked = depot.wait_acked(&[&id]).await?;
-    if !acked {
-        return Ok(Verdict::Fail(fail("never_acked")));
+    if !w.wait_acked(&[&id]).await? {
+        return fail(broke("never_acked"));
     }
-    if depot.records(&job).await?.is_empty() {
-        return depot
-            .explained(&job, Verdict::Fail(fail("acked_unstored")))
-            .await;
+    if w.records(&job).await?.is_empty() {
+        return w.explained(&job, fail(broke("acked_unstored"))).await;
     }
-    let emails = depot.emails(&job).await?;
-    judged!(one_email(&emails));
-    Ok(Verdict::Pass)
+    let emails = w.emails(&job).await?;
+    one_email(&emails)
 }
 
-impl World for Depot {
-    fn schedule(&mut self) -> &mut Vec<Line> {
-        &mut self.schedule
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judgement::Stop;
+
+    #[test]
+    fn stream_ids_order_by_time_then_sequence() {
+        assert!(entry_order("1700000000000-1") > entry_order("1700000000000-0"));
+        assert!(entry_order("1700000000001-0") > entry_order("1700000000000-9"));
+        assert_eq!(entry_order("5"), (5, 0));
     }
 
-    async fn check(&mut self, name: &str) -> Checked {
-        run(name, self).await
+    #[test]
+    fn the_groups_last_delivered_id_is_read_from_xinfo() {
+        let group = redis::Value::Array(vec![
+            redis::Value::BulkString(b"name".to_vec()),
+            redis::Value::BulkString(b"invoicing".to_vec()),
+            redis::Value::BulkString(b"last-delivered-id".to_vec()),
+            redis::Value::BulkString(b"1-2".to_vec()),
+        ]);
+        assert_eq!(last_delivered(&group).as_deref(), Some("1-2"));
+        assert_eq!(last_delivered(&redis::Value::Nil), None);
     }
 
-    async fn after(&mut self) {
-        self.stop_consumers().await;
-        let _ = self.redis_hop.set_enabled(true).await;
-    }
-
-    /// Each consumer's output is its own (they are started for the check).
-    async fn output(&self, _mark: &Mark) -> Option<String> {
-        self.consumers_output().await
-    }
-
-    async fn close(mut self) {
-        self.stop_consumers().await;
-        self.mailer.stop().await;
+    #[test]
+    fn one_invoice_one_email() {
+        let email = |to: &str| Email {
+            email_id: "e1".into(),
+            to: to.into(),
+            subject: "Invoice x v1".into(),
+        };
+        assert!(one_email(&[email("a")]).is_ok());
+        for (emails, key) in [
+            (vec![], "broke.no_email"),
+            (vec![email("a"), email("a")], "broke.emails"),
+        ] {
+            let Err(Stop::Verdict(verdict)) = one_email(&emails) else {
+                panic!("{key} passed")
+            };
+            assert_eq!(verdict.reason().unwrap().key, key);
+        }
     }
 }

@@ -82,14 +82,10 @@ impl Manifest {
     pub fn start_timeout(&self) -> Duration {
         Duration::from_secs(self.start_timeout_secs.max(1))
     }
-
-    /// The program of `command`, resolved against `dir` when it is a relative path with a
-    /// folder in it (`.venv/bin/python`), else looked up on PATH as given (`python3`).
-    pub fn program(&self, dir: &Path) -> PathBuf {
-        resolve(dir, &self.command[0])
-    }
 }
 
+/// The program of a command, resolved against `dir` when it is a relative path with a folder in
+/// it (`.venv/bin/python`), else looked up on PATH as given (`python3`).
 pub(crate) fn resolve(dir: &Path, program: &str) -> PathBuf {
     let path = Path::new(program);
     if path.is_relative() && path.components().count() > 1 {

@@ -26,23 +26,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lab_core::{Checkpoints, Msg};
-use lab_services::spec::{RunningService, ServiceEnv};
+use lab_core::Msg;
+use lab_services::spec::ServiceEnv;
 use lab_services::{payments, provider};
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
-use crate::arena::send;
-use crate::catalogue::{CheckSpec, Exercise};
 use crate::error::ExerciseError;
-use crate::guest::{Guest, Mark, NotReady};
-use crate::manifest::Manifest;
-use crate::payment_world::{
-    AMOUNT, Intent, LabProvider, Reached, STAGING_LIMIT, charged, keys_of, launch, must_be_charged,
-    payment_call, send_held, status_of,
-};
-use crate::verdict::{Exchange, Line, Verdict, fail};
-use crate::world::World;
+use crate::exercise::{Check, CheckOptions, Checked, Checks, Exercise, Setup, Subject};
+use crate::guest::NotReady;
+use crate::judgement::{Judged, broke, fail, undecided, unknown};
+use crate::lab_side::{LabProvider, Reached, STAGING_LIMIT, send_held};
+use crate::payment::{AMOUNT, Intent, charged, keys_of, must_be_charged};
+use crate::rig::{Program, Rig, World, run_checks};
+use crate::verdict::{ChargeRow, Line, Sent};
 
 pub static EXERCISE: Exercise = Exercise {
     name: "relay",
@@ -50,24 +47,23 @@ pub static EXERCISE: Exercise = Exercise {
     needs: lab_infra::Needs::REDIS,
     langs: &["python", "rust"],
     rust_uses_idem: false,
-    checks: &[
-        CheckSpec::new("pass-through"),
-        CheckSpec::new("key-unchanged"),
-        CheckSpec::new("lost-both"),
-        CheckSpec::new("conflict-passed-up"),
-        CheckSpec::new("reuse-passed-up"),
-        CheckSpec::new("backoff").restarts(),
-        CheckSpec::new("deadline").restarts(),
-    ],
-    starter_fails: &[
-        "pass-through",
-        "key-unchanged",
-        "lost-both",
-        "conflict-passed-up",
-        "backoff",
-        "deadline",
-    ],
+    checks: &CHECKS,
+    open: |setup| Box::pin(open(setup)),
 };
+
+static CHECKS: Checks<Relay> = Checks(&[
+    Check::new("pass-through", |w| Box::pin(pass_through(w))).starter_fails(),
+    Check::new("key-unchanged", |w| Box::pin(key_unchanged(w))).starter_fails(),
+    Check::new("lost-both", |w| Box::pin(lost_both(w))).starter_fails(),
+    Check::new("conflict-passed-up", |w| Box::pin(conflict_passed_up(w))).starter_fails(),
+    Check::new("reuse-passed-up", |w| Box::pin(reuse_passed_up(w))),
+    Check::new("backoff", |w| Box::pin(backoff(w)))
+        .restarts()
+        .starter_fails(),
+    Check::new("deadline", |w| Box::pin(deadline(w)))
+        .restarts()
+        .starter_fails(),
+]);
 
 /// The relay's route, as the lab's own orders service has it.
 const ROUTE: &str = "/orders/pay";
@@ -93,8 +89,6 @@ const MOST_ATTEMPTS: usize = 10;
 const GROWTH: f64 = 1.15;
 /// Jitter: the pauses before one retry, across the payments, spread over at least this much.
 const JITTER_SPREAD: Duration = Duration::from_millis(5);
-
-type Checked = Result<Verdict, ExerciseError>;
 
 /// What the lab's recorder does with every attempt that reaches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,91 +162,96 @@ impl Drop for Recorder {
 }
 
 /// What the relay checks work with.
-pub struct Chain {
-    pub checkpoints: Checkpoints,
-    pub provider: LabProvider,
-    pub payments: RunningService,
-    /// The proxies' registry: dropping it stops the proxies.
-    pub proxies: faultproxy::FaultProxy,
-    /// The lab's client → the relay.
-    pub inbound: faultproxy::Proxy,
+pub struct Relay {
+    rig: Rig,
+    provider: LabProvider,
+    /// The lab's payment service, below the relay (its own URL: the lab reads its counters).
+    payments: String,
+    /// The lab's client → the relay; made once the relay has a port.
+    inbound: Option<faultproxy::Proxy>,
     /// The relay → the lab's payment service.
-    pub down: faultproxy::Proxy,
-    pub dir: std::path::PathBuf,
-    pub manifest: Manifest,
-    pub env: Vec<(String, String)>,
-    pub guest: Option<Guest>,
+    down: faultproxy::Proxy,
     recorder: Option<Recorder>,
-    pub http: reqwest::Client,
-    pub schedule: Vec<Line>,
+    /// The one deadline the manifest promises.
+    deadline: Duration,
 }
 
-/// Starts the chain around the learner's relay (built before): the provider, the lab's payment
-/// service on Redis under the run's prefix, the two proxies, the relay.
-pub async fn open(
-    run: &str,
-    key_prefix: &str,
-    redis_url: &str,
-    dir: std::path::PathBuf,
-    manifest: Manifest,
-    extra_env: Vec<(String, String)>,
-) -> Result<Result<Chain, NotReady>, ExerciseError> {
-    let checkpoints = Checkpoints::new();
-    let provider = LabProvider::start(checkpoints.clone())?;
-    let env = ServiceEnv::default()
-        .with_redis(redis_url)
-        .with_key_prefix(key_prefix)
-        .with_peer(provider::NAME, provider.url())
-        .with_checkpoints(checkpoints.clone());
-    let payments = launch(&payments::SPEC, env)?;
-    let proxies = faultproxy::FaultProxy::new();
-    let down = proxies
-        .create(
-            &format!("exercise-{run}-payments"),
-            "127.0.0.1:0",
-            payments.url().trim_start_matches("http://"),
-        )
-        .await?;
-    let env = vec![
-        ("HOST".to_string(), "127.0.0.1".to_string()),
-        ("LAB_RUN".to_string(), run.to_string()),
-        ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
-    ];
-    let mut chain = Chain {
-        checkpoints,
-        provider,
-        payments,
-        down: proxies.get(&down.name).expect("just created"),
-        // Made when the relay has a port.
-        inbound: proxies.get(&down.name).expect("just created"),
-        proxies,
-        dir,
-        manifest,
-        env: env.into_iter().chain(extra_env).collect(),
-        guest: None,
-        recorder: None,
-        // One connection per call: a fault armed on the next connection is aimed at the call.
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .build()
-            .expect("a client without TLS builds"),
-        schedule: Vec::new(),
+async fn open(setup: Setup<'_>) -> Result<Checked, ExerciseError> {
+    let Setup {
+        subject,
+        servers,
+        options,
+        on_report,
+    } = setup;
+    let Subject::Program { dir, manifest } = subject else {
+        return Err(ExerciseError::TargetNotApplicable {
+            exercise: "relay",
+            why: "between its own client and its own payment service, behind the fault proxy",
+        });
     };
-    let below = format!("http://{}", down.listen);
-    if let Err(not_ready) = chain.start_relay(&below).await? {
-        chain.close().await;
-        return Ok(Err(not_ready));
+    let redis_url = servers
+        .redis
+        .as_ref()
+        .ok_or(ExerciseError::ServerMissing("Redis"))?
+        .url
+        .clone();
+    let space = lab_infra::RunSpace::create(servers, &[]).await?;
+    let result = async {
+        match Relay::open(&space, &redis_url, Program { dir, manifest }, options).await? {
+            Ok(world) => Ok(Checked::Reports(
+                run_checks(&CHECKS, world, options, on_report).await?,
+            )),
+            Err(not_ready) => Ok(Checked::NotReady(not_ready)),
+        }
     }
-    Ok(Ok(chain))
+    .await;
+    space.release(servers, false).await?;
+    result
 }
 
-impl Chain {
-    fn step(&mut self, msg: Msg) {
-        self.schedule.push(Line::Step(msg));
+impl Relay {
+    /// Starts the chain around the learner's relay (built first): the provider, the lab's
+    /// payment service on Redis under the run's prefix, the two proxies, the relay.
+    async fn open(
+        space: &lab_infra::RunSpace,
+        redis_url: &str,
+        program: Program,
+        options: &CheckOptions,
+    ) -> Result<Result<Relay, NotReady>, ExerciseError> {
+        let deadline =
+            Duration::from_millis(program.manifest.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS));
+        let mut rig = Rig::new(&space.run_id, options, Some(program));
+        rig.build().await?;
+        let provider_env = ServiceEnv::default().with_checkpoints(rig.checkpoints.clone());
+        let provider = LabProvider::at(rig.launch(&provider::SPEC, provider_env)?);
+        let env = ServiceEnv::default()
+            .with_redis(redis_url)
+            .with_key_prefix(&space.prefix)
+            .with_peer(provider::NAME, provider.url().to_string())
+            .with_checkpoints(rig.checkpoints.clone());
+        let payments = rig.launch(&payments::SPEC, env)?;
+        let down = rig
+            .proxy("payments", payments.trim_start_matches("http://"))
+            .await?;
+        let mut world = Relay {
+            rig,
+            provider,
+            payments,
+            inbound: None,
+            down,
+            recorder: None,
+            deadline,
+        };
+        let below = format!("http://{}", world.down.listen_addr());
+        if let Err(not_ready) = world.start_relay(&below).await? {
+            world.rig.close().await;
+            return Ok(Err(not_ready));
+        }
+        Ok(Ok(world))
     }
 
-    fn deadline(&self) -> Duration {
-        Duration::from_millis(self.manifest.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS))
+    fn step(&mut self, msg: Msg) {
+        self.rig.step(msg);
     }
 
     /// Starts (or starts again) the relay with `payments_url` as its `PAYMENTS_URL`, and the
@@ -261,80 +260,78 @@ impl Chain {
         &mut self,
         payments_url: &str,
     ) -> Result<Result<(), NotReady>, ExerciseError> {
-        if let Some(mut old) = self.guest.take() {
-            old.stop().await;
-        }
-        let port = lab_infra::process::free_port().map_err(ExerciseError::io(&self.dir))?;
-        let env = self
-            .env
-            .iter()
-            .cloned()
-            .chain([
-                ("PORT".to_string(), port.to_string()),
-                ("PAYMENTS_URL".to_string(), payments_url.to_string()),
-            ])
-            .collect();
-        let mut guest = Guest::new(&self.dir, self.manifest.clone(), port, env)?;
-        let started = guest.start().await?;
-        self.guest = Some(guest);
+        let env = crate::guest_env::GuestEnv {
+            payments_url: Some(payments_url.to_string()),
+            ..self.rig.env()
+        };
+        let started = self.rig.start_service(env).await?;
         if started.is_ok() {
-            let name = format!("{}-in-{port}", self.down.name());
-            let info = self
-                .proxies
-                .create(&name, "127.0.0.1:0", &format!("127.0.0.1:{port}"))
+            let port = self.rig.guest.as_ref().map_or(0, |g| g.port);
+            let inbound = self
+                .rig
+                .proxy(&format!("in-{port}"), &format!("127.0.0.1:{port}"))
                 .await?;
-            self.inbound = self.proxies.get(&info.name).expect("just created");
+            self.inbound = Some(inbound);
         }
-        Ok(started.map(drop))
+        Ok(started)
+    }
+
+    fn inbound(&self) -> &faultproxy::Proxy {
+        self.inbound.as_ref().expect("made when the relay started")
     }
 
     fn through_proxy(&self) -> String {
-        format!("http://{}{ROUTE}", self.inbound.listen_addr())
+        format!("http://{}{ROUTE}", self.inbound().listen_addr())
     }
 
     /// Pays `intent` with `key` through the inbound proxy, and records the exchange.
-    async fn pay(&mut self, intent: &Intent, key: &str) -> Exchange {
+    async fn pay(&mut self, intent: &Intent, key: &str) -> Sent {
         self.pay_within(intent, key, PATIENT).await
     }
 
-    async fn pay_within(&mut self, intent: &Intent, key: &str, patience: Duration) -> Exchange {
-        let call = payment_call(&self.through_proxy(), "client", intent, key, patience);
-        let exchange = send(&self.http, call).await;
-        self.schedule.push(Line::Call(exchange.clone()));
-        exchange
+    async fn pay_within(&mut self, intent: &Intent, key: &str, patience: Duration) -> Sent {
+        let call = intent.call(&self.through_proxy(), "client", key, patience);
+        self.rig.send(call).await
     }
 
     /// How many requests the lab's payment service has received.
     async fn payments_requests(&self) -> Result<u64, ExerciseError> {
         let stats: serde_json::Value = self
+            .rig
             .http
-            .get(format!("{}/stats", self.payments.url()))
+            .get(format!("{}/stats", self.payments))
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .map_err(|e| ExerciseError::Target(format!("the payment service's stats: {e}")))?
+            .map_err(ExerciseError::http("payment service's stats"))?
             .json()
             .await
-            .map_err(|e| ExerciseError::Target(format!("the payment service's stats: {e}")))?;
-        Ok(stats["requests"].as_u64().unwrap_or(0))
+            .map_err(ExerciseError::http("payment service's stats"))?;
+        stats["requests"].as_u64().ok_or(ExerciseError::Service {
+            service: "payment service",
+            reason: "its stats have no `requests`".into(),
+        })
     }
 
-    async fn charges(
-        &mut self,
-        intent: &Intent,
-    ) -> Result<Vec<crate::verdict::ChargeRow>, ExerciseError> {
-        let (charges, line) = self.provider.charges(intent).await?;
-        self.schedule.push(line);
+    async fn charges(&mut self, intent: &Intent) -> Result<Vec<ChargeRow>, ExerciseError> {
+        let (charges, line) = self.provider.charges(&intent.order).await?;
+        self.rig.record(line);
         Ok(charges)
     }
 
     /// A payment held in the lab's payment service (its key reserved, the provider not called
     /// yet), sent through the inbound proxy.
     async fn pay_held(&mut self, intent: &Intent, key: &str) -> Reached {
-        let call = payment_call(&self.through_proxy(), "client.A", intent, key, PATIENT);
-        let reached = send_held(&self.http, &self.checkpoints, payments::IN_ACTION, call).await;
-        if let Reached::Answered(exchange) = &reached {
-            self.schedule.push(Line::Call(exchange.clone()));
+        let call = intent.call(&self.through_proxy(), "client.A", key, PATIENT);
+        let reached = send_held(
+            &self.rig.http,
+            &self.rig.checkpoints,
+            payments::IN_ACTION,
+            call,
+        )
+        .await;
+        if let Reached::Answered(sent) = &reached {
+            self.rig.record(Line::Call(sent.clone()));
         }
         reached
     }
@@ -342,12 +339,12 @@ impl Chain {
     async fn let_go(
         &mut self,
         hold: lab_core::checkpoint::Hold,
-        call: JoinHandle<Exchange>,
-    ) -> Option<Exchange> {
+        call: JoinHandle<Sent>,
+    ) -> Option<Sent> {
         hold.release();
-        let exchange = call.await.ok()?;
-        self.schedule.push(Line::Call(exchange.clone()));
-        Some(exchange)
+        let sent = call.await.ok()?;
+        self.rig.record(Line::Call(sent.clone()));
+        Some(sent)
     }
 
     /// Points the relay at the recorder (restarting it the first time), in `mood`.
@@ -380,243 +377,203 @@ impl Chain {
         );
     }
 
-    async fn close(mut self) {
-        if let Some(mut guest) = self.guest.take() {
-            guest.stop().await;
-        }
-        self.recorder = None;
-        self.payments.stop().await;
-        self.provider.stop().await;
+    /// The recorder the relay calls in `backoff` and `deadline`.
+    fn recorder(&self) -> &Recorder {
+        self.recorder.as_ref().expect("at the recorder")
     }
 }
 
-macro_rules! judged {
-    ($e:expr) => {
-        if let Err(verdict) = $e {
-            return Ok(verdict);
+impl World for Relay {
+    fn rig(&mut self) -> &mut Rig {
+        &mut self.rig
+    }
+
+    async fn after(&mut self) {
+        self.down.disarm_all_faults();
+        if let Some(inbound) = &self.inbound {
+            inbound.disarm_all_faults();
         }
-    };
+    }
+
+    async fn close(mut self) {
+        self.recorder = None;
+        self.rig.close().await;
+    }
 }
 
-/// One charge for the intent, made with the client's key; the verdict that says otherwise.
-fn one_charge_with_key(charges: &[crate::verdict::ChargeRow], key: &str) -> Result<(), Verdict> {
+/// One charge for the intent, made with the client's key; the fail that says otherwise.
+fn one_charge_with_key(charges: &[ChargeRow], key: &str) -> Judged {
     let minted = charges.iter().any(|c| {
         !c.key
             .as_deref()
             .is_some_and(|k| k.ends_with(&format!(".{key}")))
     });
     if minted {
-        return Err(Verdict::Fail(
-            fail("key_changed")
+        return fail(
+            broke("key_changed")
                 .arg("key", key)
                 .arg("keys", keys_of(charges)),
-        ));
+        );
     }
     if charges.len() > 1 {
-        return Err(Verdict::Fail(
-            fail("charged_twice").arg("count", charges.len()),
-        ));
+        return fail(broke("charged_twice").arg("count", charges.len()));
     }
     Ok(())
 }
 
-/// Runs the check `name`.
-pub async fn run(name: &str, chain: &mut Chain) -> Checked {
-    match name {
-        "pass-through" => pass_through(chain).await,
-        "key-unchanged" => key_unchanged(chain).await,
-        "lost-both" => lost_both(chain).await,
-        "conflict-passed-up" => conflict_passed_up(chain).await,
-        "reuse-passed-up" => reuse_passed_up(chain).await,
-        "backoff" => backoff(chain).await,
-        "deadline" => deadline(chain).await,
-        other => unreachable!("relay has no check {other}"),
+/// A payment held below the relay, or the verdict that says why it could not be.
+fn held(reached: Reached) -> Judged<(lab_core::checkpoint::Hold, JoinHandle<Sent>)> {
+    match reached {
+        Reached::Held { hold, call } => Ok((hold, call)),
+        Reached::Answered(answer) => {
+            fail(broke("never_reached").arg("status", answer.status_arg()))
+        }
+        Reached::Never => unknown(undecided("never_held")),
     }
 }
 
-async fn pass_through(chain: &mut Chain) -> Checked {
-    let intent = Intent::new(1);
-    chain.step(Msg::new("step.pass_through"));
-    let first = chain.pay(&intent, "pay-1").await;
-    judged!(must_be_charged(&first));
-    let again = chain.pay(&intent, "pay-1").await;
-    let charges = chain.charges(&intent).await?;
-    judged!(one_charge_with_key(&charges, "pay-1"));
-    judged!(must_be_charged(&again));
-    if !again.replayed_header {
-        return Ok(Verdict::Fail(fail("replay_header_dropped")));
+/// An answer passed up from below must be the one below gave: its status, its body's error,
+/// and for a 409 its `Retry-After`; and the refusal is not sent down again.
+fn passed_up(answer: &Sent, status: u16, error: &str, calls_down: u64) -> Judged {
+    if answer.status != Some(status) {
+        return fail(
+            broke("not_passed_up")
+                .arg("expected", i64::from(status))
+                .arg("status", answer.status_arg()),
+        );
     }
-    Ok(Verdict::Pass)
+    if status == 409 && answer.retry_after.is_none() {
+        return fail(broke("retry_after_dropped"));
+    }
+    if !answer.answer.contains(error) {
+        return fail(broke("body_changed").arg("expected", error));
+    }
+    if calls_down != 1 {
+        return fail(
+            broke("refusal_retried")
+                .arg("status", i64::from(status))
+                .arg("count", calls_down)
+                .arg("retries", calls_down.saturating_sub(1)),
+        );
+    }
+    Ok(())
+}
+
+async fn pass_through(w: &mut Relay) -> Judged {
+    let intent = Intent::new(1);
+    w.step(Msg::new("step.pass_through"));
+    let first = w.pay(&intent, "pay-1").await;
+    must_be_charged(&first)?;
+    let again = w.pay(&intent, "pay-1").await;
+    let charges = w.charges(&intent).await?;
+    one_charge_with_key(&charges, "pay-1")?;
+    must_be_charged(&again)?;
+    if !again.replayed_header {
+        return fail(broke("replay_header_dropped"));
+    }
+    Ok(())
 }
 
 /// Sends `intent` with `key` through the relay, with the payment service's first answer lost on
-/// its way back to the relay; the client's exchange, or the verdict that says the loss was not
-/// staged.
-async fn lose_below(
-    chain: &mut Chain,
-    intent: &Intent,
-    key: &str,
-) -> Result<Result<Exchange, Verdict>, ExerciseError> {
-    let (hold, call) = match chain.pay_held(intent, key).await {
-        Reached::Held { hold, call } => (hold, call),
-        Reached::Answered(answer) => {
-            return Ok(Err(Verdict::Fail(
-                fail("never_reached").arg("status", status_of(&answer)),
-            )));
-        }
-        Reached::Never => return Ok(Err(Verdict::Unknown(Msg::new("unknown.never_held")))),
-    };
+/// its way back to the relay; the client's answer.
+async fn lose_below(w: &mut Relay, intent: &Intent, key: &str) -> Judged<Sent> {
+    let reached = w.pay_held(intent, key).await;
+    let (hold, call) = held(reached)?;
     // Aimed at the connections open now: the relay's call is the first to get an answer back.
-    let (lost, trigger) = chain
+    let (lost, trigger) = w
         .down
         .arm_on_trigger(faultproxy::Fault::ResponseLostAfterCommit, 1);
     trigger.fire();
-    let exchange = chain.let_go(hold, call).await;
+    let sent = w.let_go(hold, call).await;
     if tokio::time::timeout(STAGING_LIMIT, lost.fired())
         .await
         .is_err()
     {
-        return Ok(Err(Verdict::Unknown(Msg::new("unknown.fault_not_fired"))));
+        return unknown(undecided("fault_not_fired"));
     }
-    match exchange {
-        Some(exchange) => Ok(Ok(exchange)),
-        None => Ok(Err(Verdict::Unknown(Msg::new("unknown.never_held")))),
+    match sent {
+        Some(sent) => Ok(sent),
+        None => unknown(undecided("never_held")),
     }
 }
 
-async fn key_unchanged(chain: &mut Chain) -> Checked {
+async fn key_unchanged(w: &mut Relay) -> Judged {
     let intent = Intent::new(2);
-    chain.step(Msg::new("step.lost_below"));
-    let answer = match lose_below(chain, &intent, "pay-2").await? {
-        Ok(answer) => answer,
-        Err(verdict) => return Ok(verdict),
-    };
-    let charges = chain.charges(&intent).await?;
-    judged!(one_charge_with_key(&charges, "pay-2"));
+    w.step(Msg::new("step.lost_below"));
+    let answer = lose_below(w, &intent, "pay-2").await?;
+    let charges = w.charges(&intent).await?;
+    one_charge_with_key(&charges, "pay-2")?;
     if !charged(&answer) {
-        return Ok(Verdict::Fail(
-            fail("no_retry").arg("status", status_of(&answer)),
-        ));
+        return fail(broke("no_retry").arg("status", answer.status_arg()));
     }
-    Ok(Verdict::Pass)
+    Ok(())
 }
 
-async fn lost_both(chain: &mut Chain) -> Checked {
+async fn lost_both(w: &mut Relay) -> Judged {
     let intent = Intent::new(3);
-    let before = chain.payments_requests().await?;
-    chain.step(Msg::new("step.lost_both"));
+    let before = w.payments_requests().await?;
+    w.step(Msg::new("step.lost_both"));
     // The relay's answer to the client's first call is dropped as soon as it starts.
-    let above = chain
-        .inbound
+    let above = w
+        .inbound()
         .arm(faultproxy::Fault::ResponseLostAfterCommit, 1);
-    let first = match lose_below(chain, &intent, "pay-3").await? {
-        Ok(answer) => answer,
-        Err(verdict) => return Ok(verdict),
-    };
+    let first = lose_below(w, &intent, "pay-3").await?;
     if tokio::time::timeout(STAGING_LIMIT, above.fired())
         .await
         .is_err()
         || first.status.is_some()
     {
-        return Ok(Verdict::Unknown(Msg::new("unknown.fault_not_fired")));
+        return unknown(undecided("fault_not_fired"));
     }
-    chain.step(Msg::new("step.client_retries"));
-    let retry = chain.pay(&intent, "pay-3").await;
-    let down = chain.payments_requests().await? - before;
-    chain.step(
+    w.step(Msg::new("step.client_retries"));
+    let retry = w.pay(&intent, "pay-3").await;
+    let down = w.payments_requests().await? - before;
+    w.step(
         Msg::new("step.counted")
             .arg("calls_in", 2)
-            .arg("calls_down", down as i64),
+            .arg("calls_down", down),
     );
-    let charges = chain.charges(&intent).await?;
-    judged!(one_charge_with_key(&charges, "pay-3"));
-    judged!(must_be_charged(&retry));
+    let charges = w.charges(&intent).await?;
+    one_charge_with_key(&charges, "pay-3")?;
+    must_be_charged(&retry)?;
     if !retry.replayed_header {
-        return Ok(Verdict::Fail(fail("replay_header_dropped")));
+        return fail(broke("replay_header_dropped"));
     }
     if down != 3 {
-        return Ok(Verdict::Fail(fail("calls_down").arg("count", down as i64)));
+        return fail(broke("calls_down").arg("count", down));
     }
-    Ok(Verdict::Pass)
+    Ok(())
 }
 
-async fn conflict_passed_up(chain: &mut Chain) -> Checked {
+async fn conflict_passed_up(w: &mut Relay) -> Judged {
     let intent = Intent::new(4);
-    chain.step(Msg::new("step.hold_first"));
-    let (hold, call) = match chain.pay_held(&intent, "pay-4").await {
-        Reached::Held { hold, call } => (hold, call),
-        Reached::Answered(answer) => {
-            return Ok(Verdict::Fail(
-                fail("never_reached").arg("status", status_of(&answer)),
-            ));
-        }
-        Reached::Never => return Ok(Verdict::Unknown(Msg::new("unknown.never_held"))),
-    };
-    let before = chain.payments_requests().await?;
-    chain.step(Msg::new("step.duplicate"));
-    let duplicate = chain.pay(&intent, "pay-4").await;
-    let seen = chain.payments_requests().await? - before;
-    chain.step(Msg::new("step.seen_below").arg("count", seen as i64));
-    chain.step(Msg::new("step.let_go"));
-    chain.let_go(hold, call).await;
-    let charges = chain.charges(&intent).await?;
-    judged!(one_charge_with_key(&charges, "pay-4"));
-    if duplicate.status != Some(409) {
-        return Ok(Verdict::Fail(
-            fail("not_passed_up")
-                .arg("expected", 409)
-                .arg("status", status_of(&duplicate)),
-        ));
-    }
-    if duplicate.retry_after.is_none() {
-        return Ok(Verdict::Fail(fail("retry_after_dropped")));
-    }
-    if !duplicate.answer.contains("payment_in_progress") {
-        return Ok(Verdict::Fail(
-            fail("body_changed").arg("expected", "payment_in_progress"),
-        ));
-    }
-    if seen != 1 {
-        return Ok(Verdict::Fail(
-            fail("refusal_retried")
-                .arg("status", 409)
-                .arg("count", seen as i64),
-        ));
-    }
-    Ok(Verdict::Pass)
+    w.step(Msg::new("step.hold_first"));
+    let reached = w.pay_held(&intent, "pay-4").await;
+    let (hold, call) = held(reached)?;
+    let before = w.payments_requests().await?;
+    w.step(Msg::new("step.duplicate"));
+    let duplicate = w.pay(&intent, "pay-4").await;
+    let seen = w.payments_requests().await? - before;
+    w.step(Msg::new("step.seen_below").arg("count", seen));
+    w.step(Msg::new("step.let_go"));
+    w.let_go(hold, call).await;
+    let charges = w.charges(&intent).await?;
+    one_charge_with_key(&charges, "pay-4")?;
+    passed_up(&duplicate, 409, "payment_in_progress", seen)
 }
 
-async fn reuse_passed_up(chain: &mut Chain) -> Checked {
+async fn reuse_passed_up(w: &mut Relay) -> Judged {
     let intent = Intent::new(5);
-    chain.step(Msg::new("step.reuse"));
-    let first = chain.pay(&intent, "pay-5").await;
-    judged!(must_be_charged(&first));
-    let before = chain.payments_requests().await?;
-    let changed = chain.pay(&intent.with_amount(AMOUNT + 1000), "pay-5").await;
-    let seen = chain.payments_requests().await? - before;
-    chain.step(Msg::new("step.seen_below").arg("count", seen as i64));
-    let charges = chain.charges(&intent).await?;
-    judged!(one_charge_with_key(&charges, "pay-5"));
-    if changed.status != Some(422) {
-        return Ok(Verdict::Fail(
-            fail("not_passed_up")
-                .arg("expected", 422)
-                .arg("status", status_of(&changed)),
-        ));
-    }
-    if !changed.answer.contains("idempotency_key_reused") {
-        return Ok(Verdict::Fail(
-            fail("body_changed").arg("expected", "idempotency_key_reused"),
-        ));
-    }
-    if seen != 1 {
-        return Ok(Verdict::Fail(
-            fail("refusal_retried")
-                .arg("status", 422)
-                .arg("count", seen as i64),
-        ));
-    }
-    Ok(Verdict::Pass)
+    w.step(Msg::new("step.reuse"));
+    let first = w.pay(&intent, "pay-5").await;
+    must_be_charged(&first)?;
+    let before = w.payments_requests().await?;
+    let changed = w.pay(&intent.with_amount(AMOUNT + 1000), "pay-5").await;
+    let seen = w.payments_requests().await? - before;
+    w.step(Msg::new("step.seen_below").arg("count", seen));
+    let charges = w.charges(&intent).await?;
+    one_charge_with_key(&charges, "pay-5")?;
+    passed_up(&changed, 422, "idempotency_key_reused", seen)
 }
 
 /// The pauses between the attempts of one payment.
@@ -624,45 +581,33 @@ fn pauses(seen: &[Instant]) -> Vec<Duration> {
     seen.windows(2).map(|w| w[1] - w[0]).collect()
 }
 
-async fn backoff(chain: &mut Chain) -> Checked {
-    if !chain.at_recorder(Mood::Refuse).await? {
-        return Ok(Verdict::Unknown(Msg::new("unknown.no_restart")));
+/// How a relay that gave up answered, and whether it stopped: a 5xx with a JSON body, and no
+/// attempt after it.
+fn gave_up_well(answer: &Sent, answered: usize, seen: usize) -> Judged {
+    if !matches!(answer.status, Some(500..=599)) || !answer.json_body {
+        return fail(broke("gave_up_badly").arg("status", answer.status_arg()));
     }
-    chain.step(Msg::new("step.backoff").arg("count", BACKOFF_PAYMENTS));
-    let mut sequences = Vec::new();
-    for n in 0..BACKOFF_PAYMENTS {
-        let started = Instant::now();
-        let answer = chain
-            .pay(&Intent::new(60 + n as u32), &format!("pay-6{n}"))
-            .await;
-        let answered = chain.recorder.as_ref().expect("at the recorder").attempts();
-        tokio::time::sleep(AFTERWARDS).await;
-        let seen = chain.recorder.as_ref().expect("at the recorder").attempts();
-        chain
-            .recorder
-            .as_ref()
-            .expect("at the recorder")
-            .seen
-            .lock()
-            .clear();
-        chain.told_attempts(started, &seen);
-        if !matches!(answer.status, Some(500..=599)) || !answer.json_body {
-            return Ok(Verdict::Fail(
-                fail("gave_up_badly").arg("status", status_of(&answer)),
-            ));
-        }
-        if seen.len() > answered.len() {
-            return Ok(Verdict::Fail(
-                fail("after_answer").arg("count", (seen.len() - answered.len()) as i64),
-            ));
-        }
-        if seen.len() < FEWEST_ATTEMPTS {
-            return Ok(Verdict::Fail(fail("too_few").arg("count", seen.len())));
-        }
-        if seen.len() > MOST_ATTEMPTS {
-            return Ok(Verdict::Fail(fail("too_many").arg("count", seen.len())));
-        }
-        sequences.push(pauses(&seen));
+    if seen > answered {
+        return fail(broke("after_answer").arg("count", seen - answered));
+    }
+    Ok(())
+}
+
+/// A bounded number of attempts for one payment.
+fn bounded(attempts: usize) -> Judged {
+    if attempts < FEWEST_ATTEMPTS {
+        return fail(broke("too_few").arg("count", attempts));
+    }
+    if attempts > MOST_ATTEMPTS {
+        return fail(broke("too_many").arg("count", attempts));
+    }
+    Ok(())
+}
+
+/// The attempts of several payments judged: bounded in number, pauses that grow, with jitter.
+fn judge_backoff(sequences: &[Vec<Duration>]) -> Judged {
+    for pauses in sequences {
+        bounded(pauses.len() + 1)?;
     }
     let mean = |pick: &dyn Fn(&Vec<Duration>) -> Duration| {
         sequences.iter().map(|s| pick(s).as_secs_f64()).sum::<f64>() / sequences.len() as f64
@@ -670,11 +615,11 @@ async fn backoff(chain: &mut Chain) -> Checked {
     let first = mean(&|s| s[0]);
     let last = mean(&|s| *s.last().expect("two pauses at least"));
     if last < first * GROWTH {
-        return Ok(Verdict::Fail(
-            fail("no_growth")
+        return fail(
+            broke("no_growth")
                 .arg("first", format!("{:.0}", first * 1000.0))
                 .arg("last", format!("{:.0}", last * 1000.0)),
-        ));
+        );
     }
     let firsts: Vec<Duration> = sequences.iter().map(|s| s[0]).collect();
     let lasts: Vec<Duration> = sequences
@@ -686,77 +631,175 @@ async fn backoff(chain: &mut Chain) -> Checked {
             - all.iter().min().copied().unwrap_or_default()
     };
     if spread(&firsts) < JITTER_SPREAD && spread(&lasts) < JITTER_SPREAD {
-        return Ok(Verdict::Fail(fail("no_jitter")));
+        return fail(broke("no_jitter"));
     }
-    Ok(Verdict::Pass)
+    Ok(())
 }
 
-async fn deadline(chain: &mut Chain) -> Checked {
-    if !chain.at_recorder(Mood::Silent).await? {
-        return Ok(Verdict::Unknown(Msg::new("unknown.no_restart")));
+async fn backoff(w: &mut Relay) -> Judged {
+    if !w.at_recorder(Mood::Refuse).await? {
+        return unknown(undecided("no_restart"));
     }
-    let promised = chain.deadline();
-    chain.step(Msg::new("step.deadline").arg("ms", promised.as_millis() as i64));
+    w.step(Msg::new("step.backoff").arg("count", BACKOFF_PAYMENTS));
+    let mut sequences = Vec::new();
+    for n in 0..BACKOFF_PAYMENTS {
+        let started = Instant::now();
+        let answer = w
+            .pay(&Intent::new(60 + n as u32), &format!("pay-6{n}"))
+            .await;
+        let answered = w.recorder().attempts();
+        tokio::time::sleep(AFTERWARDS).await;
+        let seen = w.recorder().attempts();
+        w.recorder().seen.lock().clear();
+        w.told_attempts(started, &seen);
+        gave_up_well(&answer, answered.len(), seen.len())?;
+        bounded(seen.len())?;
+        sequences.push(pauses(&seen));
+    }
+    judge_backoff(&sequences)
+}
+
+async fn deadline(w: &mut Relay) -> Judged {
+    if !w.at_recorder(Mood::Silent).await? {
+        return unknown(undecided("no_restart"));
+    }
+    let promised = w.deadline;
+    w.step(Msg::new("step.deadline").arg("ms", promised));
     let started = Instant::now();
     let patience = PATIENT.max(promised + DEADLINE_SLACK * 2);
-    let answer = chain.pay_within(&Intent::new(70), "pay-70", patience).await;
+    let answer = w.pay_within(&Intent::new(70), "pay-70", patience).await;
     let took = started.elapsed();
-    let answered = chain.recorder.as_ref().expect("at the recorder").attempts();
+    let answered = w.recorder().attempts();
     tokio::time::sleep(AFTERWARDS).await;
-    let seen = chain.recorder.as_ref().expect("at the recorder").attempts();
-    chain.told_attempts(started, &seen);
-    chain.step(Msg::new("step.answered_after").arg("ms", took.as_millis() as i64));
+    let seen = w.recorder().attempts();
+    w.told_attempts(started, &seen);
+    w.step(Msg::new("step.answered_after").arg("ms", took));
     if answer.status.is_none() {
-        return Ok(Verdict::Fail(
-            fail("never_answered").arg("seconds", patience.as_secs() as i64),
-        ));
+        return fail(broke("never_answered").arg("seconds", patience.as_secs()));
     }
     if took > promised + DEADLINE_SLACK {
-        return Ok(Verdict::Fail(
-            fail("past_deadline")
-                .arg("ms", took.as_millis() as i64)
-                .arg("deadline", promised.as_millis() as i64),
-        ));
+        return fail(
+            broke("past_deadline")
+                .arg("ms", took)
+                .arg("deadline", promised),
+        );
     }
-    if !matches!(answer.status, Some(500..=599)) || !answer.json_body {
-        return Ok(Verdict::Fail(
-            fail("gave_up_badly").arg("status", status_of(&answer)),
-        ));
-    }
-    if seen.len() > answered.len() {
-        return Ok(Verdict::Fail(
-            fail("after_answer").arg("count", (seen.len() - answered.len()) as i64),
-        ));
-    }
+    gave_up_well(&answer, answered.len(), seen.len())?;
     if seen.len() > MOST_ATTEMPTS {
-        return Ok(Verdict::Fail(fail("too_many").arg("count", seen.len())));
+        return fail(broke("too_many").arg("count", seen.len()));
     }
-    Ok(Verdict::Pass)
+    Ok(())
 }
 
-impl World for Chain {
-    fn schedule(&mut self) -> &mut Vec<Line> {
-        &mut self.schedule
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judgement::verdict_of;
+    use crate::verdict::Verdict;
+
+    fn key_of(judged: Judged) -> Option<String> {
+        match verdict_of(judged).unwrap() {
+            Verdict::Pass => None,
+            other => Some(other.reason().unwrap().key.clone()),
+        }
     }
 
-    fn mark(&self) -> Mark {
-        self.guest.as_ref().map(Guest::mark).unwrap_or_default()
+    fn charge(key: Option<&str>) -> ChargeRow {
+        ChargeRow {
+            charge_id: "ch_1".into(),
+            amount: AMOUNT,
+            currency: "RUB".into(),
+            key: key.map(str::to_string),
+        }
     }
 
-    async fn check(&mut self, name: &str) -> Checked {
-        run(name, self).await
+    fn ms(values: &[u64]) -> Vec<Duration> {
+        values.iter().map(|v| Duration::from_millis(*v)).collect()
     }
 
-    async fn after(&mut self) {
-        self.down.disarm_all_faults();
-        self.inbound.disarm_all_faults();
+    #[test]
+    fn the_clients_key_must_reach_the_provider_once() {
+        let tenant_scoped = format!("{}.pay-1", crate::payment::TENANT);
+        assert_eq!(
+            key_of(one_charge_with_key(
+                &[charge(Some(&tenant_scoped))],
+                "pay-1"
+            )),
+            None
+        );
+        assert_eq!(
+            key_of(one_charge_with_key(&[charge(Some("x.minted-9"))], "pay-1")).as_deref(),
+            Some("broke.key_changed")
+        );
+        assert_eq!(
+            key_of(one_charge_with_key(
+                &[charge(Some(&tenant_scoped)), charge(Some(&tenant_scoped))],
+                "pay-1"
+            ))
+            .as_deref(),
+            Some("broke.charged_twice")
+        );
     }
 
-    async fn output(&self, mark: &Mark) -> Option<String> {
-        self.guest.as_ref()?.said_since(mark).await
+    #[test]
+    fn a_refusal_retried_counts_the_retries_apart_from_the_call() {
+        let mut answer = crate::payment::tests::answer(Some(409), None);
+        answer.retry_after = Some("1".into());
+        answer.answer = r#"{"error":"payment_in_progress"}"#.into();
+        assert_eq!(
+            key_of(passed_up(&answer, 409, "payment_in_progress", 1)),
+            None
+        );
+        let Err(crate::judgement::Stop::Verdict(Verdict::Fail(msg))) =
+            passed_up(&answer, 409, "payment_in_progress", 5)
+        else {
+            panic!("a retried refusal passed")
+        };
+        assert_eq!(msg.key, "broke.refusal_retried");
+        assert!(
+            msg.args
+                .contains(&("retries".into(), lab_core::Arg::Int(4)))
+        );
+        answer.retry_after = None;
+        assert_eq!(
+            key_of(passed_up(&answer, 409, "payment_in_progress", 1)).as_deref(),
+            Some("broke.retry_after_dropped")
+        );
     }
 
-    async fn close(self) {
-        Chain::close(self).await;
+    #[test]
+    fn backoff_is_bounded_grows_and_jitters() {
+        let good = [
+            ms(&[110, 260, 390]),
+            ms(&[140, 220, 430]),
+            ms(&[120, 240, 350]),
+        ];
+        assert_eq!(key_of(judge_backoff(&good)), None);
+        let fixed = [
+            ms(&[200, 200, 200]),
+            ms(&[210, 190, 205]),
+            ms(&[195, 205, 200]),
+        ];
+        assert_eq!(
+            key_of(judge_backoff(&fixed)).as_deref(),
+            Some("broke.no_growth")
+        );
+        let lockstep = [
+            ms(&[100, 200, 400]),
+            ms(&[100, 200, 400]),
+            ms(&[100, 200, 400]),
+        ];
+        assert_eq!(
+            key_of(judge_backoff(&lockstep)).as_deref(),
+            Some("broke.no_jitter")
+        );
+        assert_eq!(
+            key_of(judge_backoff(&[ms(&[100])])).as_deref(),
+            Some("broke.too_few")
+        );
+        assert_eq!(
+            key_of(judge_backoff(&[ms(&[10; 12])])).as_deref(),
+            Some("broke.too_many")
+        );
     }
 }

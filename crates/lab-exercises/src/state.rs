@@ -7,12 +7,14 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::verdict::VerdictKind;
+
 pub const FILE: &str = ".lab-exercise-state.json";
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct State {
-    /// Check name → "pass", "fail", "unknown" or "skipped".
-    pub checks: BTreeMap<String, String>,
+    /// Check name → its verdict at the last check run that ran it.
+    pub checks: BTreeMap<String, VerdictKind>,
 }
 
 /// Where a learner stands on one exercise.
@@ -36,14 +38,12 @@ impl State {
     }
 
     /// Records what a check run found (checks not run this time keep their last verdict).
-    pub fn record(dir: &Path, verdicts: &[(&str, &str)]) -> std::io::Result<()> {
+    pub fn record(dir: &Path, verdicts: &[(&str, VerdictKind)]) -> std::io::Result<()> {
         let mut state = State::read(dir).unwrap_or_default();
         for (check, verdict) in verdicts {
-            state
-                .checks
-                .insert((*check).to_string(), (*verdict).to_string());
+            state.checks.insert((*check).to_string(), *verdict);
         }
-        let text = serde_json::to_string_pretty(&state).expect("a map of strings serialises");
+        let text = serde_json::to_string_pretty(&state).expect("a map of verdicts serialises");
         std::fs::write(dir.join(FILE), text + "\n")
     }
 }
@@ -58,7 +58,7 @@ pub fn progress(dir: &Path, checks: &[&str]) -> Progress {
     };
     let failing = checks
         .iter()
-        .filter(|c| state.checks.get(**c).map(String::as_str) != Some("pass"))
+        .filter(|c| state.checks.get(**c) != Some(&VerdictKind::Pass))
         .count();
     if failing == 0 {
         Progress::Passed
@@ -67,5 +67,34 @@ pub fn progress(dir: &Path, checks: &[&str]) -> Progress {
             failing,
             of: checks.len(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_counts_what_did_not_pass_and_reads_older_files() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(progress(dir.path(), &["a", "b"]), Progress::NotStarted);
+        std::fs::write(dir.path().join(crate::manifest::FILE), "").unwrap();
+        assert_eq!(progress(dir.path(), &["a", "b"]), Progress::Started);
+        State::record(
+            dir.path(),
+            &[("a", VerdictKind::Pass), ("b", VerdictKind::Unknown)],
+        )
+        .unwrap();
+        assert_eq!(
+            progress(dir.path(), &["a", "b"]),
+            Progress::Failing { failing: 1, of: 2 }
+        );
+        // A file written before verdicts were typed: the same words.
+        std::fs::write(
+            dir.path().join(FILE),
+            r#"{"checks": {"a": "pass", "b": "pass"}}"#,
+        )
+        .unwrap();
+        assert_eq!(progress(dir.path(), &["a", "b"]), Progress::Passed);
     }
 }

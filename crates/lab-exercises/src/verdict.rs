@@ -4,14 +4,19 @@
 //! A verdict is one of four:
 //!
 //! - **pass**: the invariant held on this schedule;
-//! - **fail**: it broke; [`Verdict::Fail`] names the invariant and how it broke, in one line;
+//! - **fail**: it broke; [`Verdict::Fail`] names the invariant and the cause seen in real state,
+//!   in one line;
 //! - **unknown**: the check could not decide: the service did not answer, a fault it armed
-//!   never fired, a timing it needed was not reached;
+//!   never fired, a moment it needed was not reached; the line says which;
 //! - **skipped**: the check cannot run here (with `--target` the lab cannot kill and restart the
 //!   service), with the reason.
 
 use lab_core::Msg;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+/// How a call ended, as the caller sees it: the lessons' three outcomes (ok, fail, unknown),
+/// decided by the one classifier the scenarios use too (`lab_core::wire::classify`).
+pub use lab_core::event::Outcome;
 
 /// How one check ended.
 #[derive(Debug, Clone)]
@@ -22,14 +27,46 @@ pub enum Verdict {
     Skipped(Msg),
 }
 
-impl Verdict {
-    pub fn word(&self) -> &'static str {
+/// A verdict without its reason: what progress keeps, and what `verify` compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    Pass,
+    Fail,
+    Unknown,
+    Skipped,
+}
+
+impl VerdictKind {
+    pub const ALL: [VerdictKind; 4] = [
+        VerdictKind::Pass,
+        VerdictKind::Fail,
+        VerdictKind::Unknown,
+        VerdictKind::Skipped,
+    ];
+
+    pub fn word(self) -> &'static str {
         match self {
-            Verdict::Pass => "pass",
-            Verdict::Fail(_) => "fail",
-            Verdict::Unknown(_) => "unknown",
-            Verdict::Skipped(_) => "skipped",
+            VerdictKind::Pass => "pass",
+            VerdictKind::Fail => "fail",
+            VerdictKind::Unknown => "unknown",
+            VerdictKind::Skipped => "skipped",
         }
+    }
+}
+
+impl Verdict {
+    pub fn kind(&self) -> VerdictKind {
+        match self {
+            Verdict::Pass => VerdictKind::Pass,
+            Verdict::Fail(_) => VerdictKind::Fail,
+            Verdict::Unknown(_) => VerdictKind::Unknown,
+            Verdict::Skipped(_) => VerdictKind::Skipped,
+        }
+    }
+
+    pub fn word(&self) -> &'static str {
+        self.kind().word()
     }
 
     /// The one line that says why (none for a pass).
@@ -41,12 +78,8 @@ impl Verdict {
     }
 }
 
-/// The one line of a failed check: `broke.<key>` in the exercise's texts.
-pub fn fail(key: &str) -> Msg {
-    Msg::new(format!("broke.{key}"))
-}
-
-/// Who made a call, as a message: `client`, `client.2`, or a hostile request's label.
+/// Who made a call, as a message: `client`, `client.2`, or a label of the check's
+/// (`who.<label>` in the exercise's texts).
 pub fn who(raw: &str) -> Msg {
     match raw.strip_prefix("client.") {
         Some(n) => Msg::new("who.client_n").arg("n", n),
@@ -54,23 +87,24 @@ pub fn who(raw: &str) -> Msg {
     }
 }
 
-/// How a call ended, as the caller sees it: the lessons' three outcomes (ok, fail, unknown),
-/// the same type the scenarios' narratives use.
-pub use lab_core::event::Outcome;
-
-/// One call as the lab made it and what came back.
+/// One call as the lab made it, and what came back.
 #[derive(Debug, Clone, Serialize)]
-pub struct Exchange {
-    /// Who sent it, e.g. "client" or "client 3".
+pub struct Sent {
+    /// Who sent it: "client", "client.3", or a label of the check's.
     pub who: String,
     /// The path it was sent to (`/reports`, `/payments`).
     pub path: String,
     pub key: Option<String>,
     pub body: String,
-    /// The HTTP status, if an answer came.
+    /// The HTTP status, if a whole answer came.
     pub status: Option<u16>,
-    /// The answer's body (cut to a line), or why there was none.
+    /// The answer's body, cut to a line (empty when no answer came).
     pub answer: String,
+    /// Why no answer came: a key of the shared texts (`call.timed_out`, `call.dropped`,
+    /// `call.refused`, `call.connect_timed_out`).
+    pub no_answer: Option<&'static str>,
+    /// How long the caller waited at most, in milliseconds.
+    pub waited_ms: u64,
     /// Whether the whole answer's body is JSON.
     pub json_body: bool,
     /// The answer's `report_id` and `replayed`, when it has them.
@@ -85,11 +119,27 @@ pub struct Exchange {
     pub outcome: Outcome,
 }
 
+impl Sent {
+    /// The answer's status for a message: the number, or the words "no answer".
+    pub fn status_arg(&self) -> lab_core::Arg {
+        match self.status {
+            Some(status) => lab_core::Arg::Int(i64::from(status)),
+            None => lab_core::Arg::Msg(Msg::new("call.no_answer")),
+        }
+    }
+
+    /// A 2xx answer.
+    pub fn succeeded(&self) -> bool {
+        self.status.is_some_and(|s| (200..300).contains(&s))
+    }
+}
+
 /// A charge as the lab's payment provider lists it (the oracle of the payments exercises).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ChargeRow {
     pub charge_id: String,
     pub amount: i64,
+    pub currency: String,
     /// The key the learner's service gave the provider, if any.
     pub key: Option<String>,
 }
@@ -120,7 +170,7 @@ pub enum Line {
     /// What the lab does next, in the check's words.
     Step(Msg),
     /// A call and its answer.
-    Call(Exchange),
+    Call(Sent),
     /// The rows of `reports` for the check's task, read back.
     Rows { task_id: i64, rows: Vec<ReportRow> },
     /// The check's task, read back.

@@ -29,8 +29,11 @@ use nix::unistd::Pid;
 /// The file in each throwaway directory that names its owner: `<pid> <start time>`.
 pub const OWNER_FILE: &str = "lab.owner";
 
+/// The prefix of an exercise's temporary folder (its program's log, and the record of its
+/// process group).
+pub const EXERCISE_PREFIX: &str = "lab-exercise-";
 /// The names of our throwaway directories start with these.
-pub const PREFIXES: [&str; 3] = ["lab-pg-", "lab-redis-", "lab-exercise-"];
+pub const PREFIXES: [&str; 3] = ["lab-pg-", "lab-redis-", EXERCISE_PREFIX];
 
 /// The file in a `lab-exercise-*` directory that names the learner's program's process group:
 /// `<pgid>\n<the folder it runs in>`.

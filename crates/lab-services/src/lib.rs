@@ -23,6 +23,8 @@
 //!   the client's key passed down unchanged, answers passed up unchanged, retries bounded by a
 //!   [`retry`] policy with seeded jitter.
 //! - [`mailer`]: the mock mailer of the worker lesson (every request is a new email).
+//! - [`client`]: a call as the lab's callers make it, told as a `lab_core::Wire` for the one
+//!   judgement of ok, fail or unknown (`lab_core::classify`).
 //! - [`api`]: the JSON error type and body extractor every service shares, so a malformed
 //!   request gets a 4xx with a JSON body, never a 500; and [`api::ConfigRequest`], the typed
 //!   body of a service's `PUT /config`.
@@ -32,6 +34,7 @@
 //! - [`ALL`]: every bundled service, in the order `lab serve` gives them ports.
 
 pub mod api;
+pub mod client;
 pub mod faults;
 pub mod gateway;
 pub mod http;

@@ -281,16 +281,20 @@ pub enum ExerciseCommand {
         #[arg(long = "in", value_name = "LANGUAGE", default_value = "python")]
         language: String,
     },
-    /// For maintainers: every starter fails exactly its TODOs' checks, every solution passes
-    /// every check, over several seeds; each README names every check
+    /// For maintainers: every starter fails exactly its TODOs' checks, every solution and every
+    /// correct design passes every check, every broken design fails the checks its expect.toml
+    /// names with the causes it names, over several seeds; each README names every check
     #[command(after_help = EXERCISE_VERIFY_EXAMPLES)]
     Verify {
         /// Only this exercise [default: all]
         #[arg(value_name = "NAME")]
         name: Option<String>,
-        /// How many seeds each project is checked with
+        /// How many seeds each starter and solution is checked with
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
         seeds: u32,
+        /// How many seeds each design is checked with [default: --seeds]
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+        design_seeds: Option<u32>,
         /// A virtual environment with the Python exercises' requirements installed, linked
         /// into each Python project as its .venv
         #[arg(long, value_name = "DIR")]

@@ -38,7 +38,7 @@ use super::{
     REPORT_TYPE, STABLE_KEY, TASK_ID, complete, count_reports, created, post_report,
     report_service, request_msg, reset_tables, seed_and_claim_a, send_post, show_reports,
 };
-use crate::kit::call::{Exchange, classify};
+use crate::kit::call::{Wire, classify};
 use crate::kit::hold::StillHeld;
 use crate::kit::{Answer, Caller, Knob};
 use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResult};
@@ -323,7 +323,7 @@ async fn give_up_inside_the_transaction(
         .await?;
     let still_held = held.give_up_after(patience).await?;
     // The client's own timer fired: to it, this is a timeout like any other.
-    let gave_up = classify(Exchange::TimedOut);
+    let gave_up = classify(Wire::TimedOut);
     ctx.narrator.response(gave_up.view());
     Ok((gave_up, still_held))
 }

@@ -1,0 +1,526 @@
+//! `lab exercise verify`, for maintainers: the exercises judge what they claim to judge.
+//!
+//! Every project below is written out from the embedded files and checked over several seeds,
+//! and each verdict is held to what that project must get:
+//!
+//! | project                                      | must get                                        |
+//! |----------------------------------------------|-------------------------------------------------|
+//! | a starter, in each language                  | a fail on exactly the checks its TODOs are about ([`crate::CheckSpec::starter_fails`]), a pass on the others |
+//! | a solution, in each language                 | a pass on every check                           |
+//! | a correct design (`exercises/<name>/designs/<design>/`, no `[fails]` in its `expect.toml`) | a pass on every check: any correct design passes, not only ours |
+//! | a broken design (`[fails]` names checks and causes) | a fail on each named check, whose line names that cause (`broke.<key>`), and a pass on every other: no verdict names a cause the code does not have |
+//!
+//! And besides: each README names every check; every line a report renders has its text in both
+//! languages (a missing one shows as `⟦key⟧`); the charge-once solutions in Python and Rust
+//! replay each other's Charges on one Redis (`idem` is wire-compatible with idempotency-kit).
+//!
+//! Each disagreement is told as it is found, and counted.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use lab_core::Msg;
+use lab_infra::Servers;
+use serde::Deserialize;
+
+use crate::error::ExerciseError;
+use crate::exercise::{CheckOptions, Checked, Exercise, Subject};
+use crate::manifest::Manifest;
+use crate::report::{Words, text};
+use crate::rig::Program;
+use crate::verdict::{CheckReport, Verdict, VerdictKind};
+
+/// What a project is, for `verify`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Side {
+    Starter,
+    Solution,
+    /// A design of `exercises/<name>/designs/`, by its folder's name.
+    Design(String),
+}
+
+impl Side {
+    fn word(&self) -> String {
+        match self {
+            Side::Starter => "starter".into(),
+            Side::Solution => "solution".into(),
+            Side::Design(name) => format!("design {name}"),
+        }
+    }
+}
+
+/// A design's `expect.toml`: what the lab must say of it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// One line: the design, and for a broken one its flaw.
+    pub about: String,
+    /// Each check it must fail, and the key (under `broke.`) its failing line must carry.
+    #[serde(default)]
+    pub fails: BTreeMap<String, String>,
+}
+
+/// A design an exercise carries, as embedded.
+#[derive(Debug, Clone)]
+pub struct Design {
+    pub name: String,
+    pub expect: Expect,
+}
+
+/// The designs of `exercise`, in name order; an `expect.toml` that does not parse, or names a
+/// check the exercise does not have, is an error (of the repository, so of the environment).
+pub fn designs(exercise: &Exercise) -> Result<Vec<Design>, ExerciseError> {
+    let prefix = format!("{}/designs", exercise.name);
+    let mut designs = Vec::new();
+    for (path, bytes) in crate::files::under(&prefix) {
+        let Some(name) = path.strip_suffix("/expect.toml") else {
+            continue;
+        };
+        let bad = |reason: String| ExerciseError::Manifest {
+            path: PathBuf::from(format!("exercises/{prefix}/{path}")),
+            reason,
+        };
+        let source = std::str::from_utf8(bytes).map_err(|e| bad(e.to_string()))?;
+        let expect: Expect = toml::from_str(source).map_err(|e| bad(e.message().to_string()))?;
+        for check in expect.fails.keys() {
+            if exercise.check(check).is_none() {
+                return Err(bad(format!("names no check of {}: {check}", exercise.name)));
+            }
+        }
+        designs.push(Design {
+            name: name.to_string(),
+            expect,
+        });
+    }
+    designs.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(designs)
+}
+
+/// What a run of `verify` covers.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub exercises: Vec<&'static Exercise>,
+    /// Seeds for the starters and solutions, and for the designs.
+    pub seeds: u32,
+    pub design_seeds: u32,
+    /// A venv with the Python exercises' requirements, linked into each Python project.
+    pub python_venv: Option<PathBuf>,
+}
+
+/// How a run of `verify` went.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub disagreements: usize,
+    pub runs: usize,
+}
+
+/// Runs `plan` on `servers` in `scratch`, telling each line to `say`.
+pub async fn verify(
+    servers: &Servers,
+    words: &Words,
+    plan: &Plan,
+    scratch: &Path,
+    say: &mut dyn FnMut(String),
+) -> Result<Tally, ExerciseError> {
+    say(words.common(
+        Msg::new("verify.heading")
+            .arg("seeds", plan.seeds)
+            .arg("design_seeds", plan.design_seeds),
+    ));
+    let mut tally = Tally::default();
+    for exercise in &plan.exercises {
+        tally.disagreements += readme_disagreements(words, exercise, say);
+        for lang in exercise.langs {
+            for side in [Side::Starter, Side::Solution] {
+                let dir = scratch.join(format!("{}-{lang}-{}", exercise.name, side.word()));
+                // One Cargo target folder per side, shared by the exercises (their crates have
+                // different names), so the dependencies build once per side. Never one for a
+                // starter and its solution: they are one crate (one name, one version) in two
+                // folders, and Cargo, which hashes a workspace's own crate by its path inside
+                // the workspace, would take one's build for the other's.
+                let target = scratch.join(format!("cargo-target-{}", side.word()));
+                crate::files::write_side(exercise.name, lang, &side.word(), &dir)?;
+                let project = Project {
+                    exercise,
+                    lang,
+                    side,
+                    dir,
+                    target: Some(target),
+                };
+                tally = tally
+                    .add(verify_project(servers, words, &project, plan.seeds, plan, say).await?);
+            }
+        }
+        for design in designs(exercise)? {
+            let dir = scratch.join(format!("{}-design-{}", exercise.name, design.name));
+            crate::files::write_project(
+                &[(format!("{}/designs/{}", exercise.name, design.name), "")],
+                exercise.needs.postgres,
+                &dir,
+            )?;
+            let project = Project {
+                exercise,
+                lang: "python",
+                side: Side::Design(design.name.clone()),
+                dir,
+                target: None,
+            };
+            tally = tally.add(verify_design(servers, words, &project, &design, plan, say).await?);
+        }
+        if exercise.name == crate::charge_once::EXERCISE.name
+            && exercise.langs.contains(&"python")
+            && exercise.langs.contains(&"rust")
+        {
+            tally.disagreements +=
+                verify_cross_replay(servers, words, exercise, scratch, say).await?;
+            tally.runs += 1;
+        }
+    }
+    say(words.common(
+        Msg::new("verify.summary")
+            .arg("bad", tally.disagreements)
+            .arg("runs", tally.runs),
+    ));
+    Ok(tally)
+}
+
+impl Tally {
+    fn add(self, other: Tally) -> Tally {
+        Tally {
+            disagreements: self.disagreements + other.disagreements,
+            runs: self.runs + other.runs,
+        }
+    }
+}
+
+/// One project written out for `verify`.
+struct Project<'a> {
+    exercise: &'static Exercise,
+    lang: &'a str,
+    side: Side,
+    dir: PathBuf,
+    /// The Cargo target folder of a Rust project.
+    target: Option<PathBuf>,
+}
+
+impl Project<'_> {
+    fn said(&self, key: &str) -> Msg {
+        Msg::new(key.to_string())
+            .arg("exercise", self.exercise.name)
+            .arg("lang", self.lang)
+            .arg("side", self.side.word())
+    }
+
+    /// The project as the lab checks it: its venv linked in, its manifest read.
+    fn program(&self, plan: &Plan) -> Result<Program, ExerciseError> {
+        if self.lang == "python" {
+            let venv = plan
+                .python_venv
+                .as_ref()
+                .ok_or_else(|| ExerciseError::Service {
+                    service: "exercise verify",
+                    reason:
+                        "it needs --python-venv DIR: a venv with the Python exercises' requirements"
+                            .into(),
+                })?;
+            let venv = std::path::absolute(venv).map_err(ExerciseError::io(venv))?;
+            let link = self.dir.join(".venv");
+            std::os::unix::fs::symlink(&venv, &link).map_err(ExerciseError::io(&link))?;
+        }
+        let manifest = Manifest::read(&self.dir)?;
+        Ok(Program {
+            dir: self.dir.clone(),
+            manifest,
+        })
+    }
+
+    fn options(&self, seed: u64) -> CheckOptions {
+        CheckOptions {
+            only: Vec::new(),
+            seed,
+            repeat: CheckOptions::REPEAT,
+            guest_env: self
+                .target
+                .iter()
+                .map(|t| ("CARGO_TARGET_DIR".to_string(), t.display().to_string()))
+                .collect(),
+        }
+    }
+
+    /// The project checked with `seed`: its reports, or `None` (told) if it never answered.
+    async fn check(
+        &self,
+        servers: &Servers,
+        words: &Words,
+        program: &Program,
+        seed: u64,
+        say: &mut dyn FnMut(String),
+    ) -> Result<Option<Vec<CheckReport>>, ExerciseError> {
+        let subject = Subject::Program {
+            dir: program.dir.clone(),
+            manifest: program.manifest.clone(),
+        };
+        let checked = crate::check(
+            self.exercise,
+            subject,
+            servers,
+            &self.options(seed),
+            &mut |_| {},
+        )
+        .await?;
+        match checked {
+            Checked::Reports(reports) => Ok(Some(reports)),
+            Checked::NotReady(not_ready) => {
+                say(format!(
+                    "  {}",
+                    words.common(self.said("verify.not_ready").arg("seed", seed))
+                ));
+                for line in text::not_ready(words, &not_ready) {
+                    say(format!("      {line}"));
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// A starter or a solution, over `seeds` seeds.
+async fn verify_project(
+    servers: &Servers,
+    words: &Words,
+    project: &Project<'_>,
+    seeds: u32,
+    plan: &Plan,
+    say: &mut dyn FnMut(String),
+) -> Result<Tally, ExerciseError> {
+    let program = project.program(plan)?;
+    let mut tally = Tally::default();
+    if program.manifest.exercise != project.exercise.name || program.manifest.lang != project.lang {
+        tally.disagreements += 1;
+        say(format!(
+            "  {}",
+            words.common(project.said("verify.manifest"))
+        ));
+    }
+    for seed in 1..=u64::from(seeds) {
+        tally.runs += 1;
+        let Some(reports) = project.check(servers, words, &program, seed, say).await? else {
+            tally.disagreements += 1;
+            continue;
+        };
+        let mut bad = 0;
+        for report in &reports {
+            let spec = project.exercise.check(report.name).expect("a check it has");
+            let expected = if project.side == Side::Starter && spec.starter_fails {
+                VerdictKind::Fail
+            } else {
+                VerdictKind::Pass
+            };
+            bad += judge_one(words, project, seed, report, expected, None, say);
+        }
+        tally.disagreements += bad;
+        if bad == 0 {
+            say(format!(
+                "  {}",
+                words.common(project.said("verify.ok").arg("seed", seed))
+            ));
+        }
+    }
+    Ok(tally)
+}
+
+/// A design, over the plan's design seeds: the verdicts its `expect.toml` names.
+async fn verify_design(
+    servers: &Servers,
+    words: &Words,
+    project: &Project<'_>,
+    design: &Design,
+    plan: &Plan,
+    say: &mut dyn FnMut(String),
+) -> Result<Tally, ExerciseError> {
+    let program = project.program(plan)?;
+    let mut tally = Tally::default();
+    for seed in 1..=u64::from(plan.design_seeds) {
+        tally.runs += 1;
+        let Some(reports) = project.check(servers, words, &program, seed, say).await? else {
+            tally.disagreements += 1;
+            continue;
+        };
+        let mut bad = 0;
+        for report in &reports {
+            let cause = design.expect.fails.get(report.name);
+            let expected = if cause.is_some() {
+                VerdictKind::Fail
+            } else {
+                VerdictKind::Pass
+            };
+            bad += judge_one(words, project, seed, report, expected, cause, say);
+        }
+        tally.disagreements += bad;
+        if bad == 0 {
+            say(format!(
+                "  {}",
+                words.common(project.said("verify.ok").arg("seed", seed))
+            ));
+        }
+    }
+    Ok(tally)
+}
+
+/// One report held to what it must be; the disagreements found (told).
+fn judge_one(
+    words: &Words,
+    project: &Project<'_>,
+    seed: u64,
+    report: &CheckReport,
+    expected: VerdictKind,
+    cause: Option<&String>,
+    say: &mut dyn FnMut(String),
+) -> usize {
+    let exercise = project.exercise;
+    let rendered: Vec<String> = words
+        .reason(exercise, &report.verdict)
+        .into_iter()
+        .chain(text::schedule(words, exercise, report))
+        .collect();
+    let mut disagreements = Vec::new();
+    if report.verdict.kind() != expected {
+        disagreements.push(
+            project
+                .said("verify.bad")
+                .arg("seed", seed)
+                .arg("check", report.name)
+                .arg("got", report.verdict.word())
+                .arg("expected", expected.word()),
+        );
+    } else if let (Some(cause), Verdict::Fail(msg)) = (cause, &report.verdict)
+        && msg.key != format!("broke.{cause}")
+    {
+        disagreements.push(
+            project
+                .said("verify.cause")
+                .arg("seed", seed)
+                .arg("check", report.name)
+                .arg("got", msg.key.trim_start_matches("broke."))
+                .arg("expected", cause.as_str()),
+        );
+    }
+    if let Some(line) = rendered.iter().find(|line| line.contains('⟦')) {
+        disagreements.push(
+            project
+                .said("verify.no_text")
+                .arg("seed", seed)
+                .arg("check", report.name)
+                .arg("line", line.as_str()),
+        );
+    }
+    for disagreement in &disagreements {
+        say(format!("  {}", words.common(disagreement.clone())));
+    }
+    if !disagreements.is_empty() {
+        for line in &rendered {
+            say(format!("      {line}"));
+        }
+    }
+    disagreements.len()
+}
+
+/// The Python and the Rust solution of charge-once, as `verify` wrote them, on one Redis: each
+/// replays the other's Charges. One disagreement if they do not.
+async fn verify_cross_replay(
+    servers: &Servers,
+    words: &Words,
+    exercise: &'static Exercise,
+    scratch: &Path,
+    say: &mut dyn FnMut(String),
+) -> Result<usize, ExerciseError> {
+    let side = |lang: &str| -> Result<Program, ExerciseError> {
+        let dir = scratch.join(format!("{}-{lang}-solution", exercise.name));
+        let manifest = Manifest::read(&dir)?;
+        Ok(Program { dir, manifest })
+    };
+    let options = CheckOptions {
+        only: Vec::new(),
+        seed: 1,
+        repeat: CheckOptions::REPEAT,
+        guest_env: vec![(
+            "CARGO_TARGET_DIR".to_string(),
+            scratch.join("cargo-target-solution").display().to_string(),
+        )],
+    };
+    let checked =
+        crate::charge_once::cross_replay(servers, side("python")?, side("rust")?, &options).await?;
+    let report = match checked {
+        Checked::Reports(mut reports) => reports.remove(0),
+        Checked::NotReady(not_ready) => {
+            for line in text::not_ready(words, &not_ready) {
+                say(line);
+            }
+            return Ok(1);
+        }
+    };
+    let title = words.of(exercise, &Msg::new(format!("check.{}.title", report.name)));
+    say(format!(
+        "  {} {title}",
+        words.verdict(report.verdict.kind())
+    ));
+    if matches!(report.verdict, Verdict::Pass) {
+        return Ok(0);
+    }
+    if let Some(reason) = words.reason(exercise, &report.verdict) {
+        say(format!("      {reason}"));
+    }
+    for line in text::schedule(words, exercise, &report) {
+        say(format!("      {line}"));
+    }
+    Ok(1)
+}
+
+/// The checks an exercise's READMEs do not name (each one a disagreement, told).
+fn readme_disagreements(words: &Words, exercise: &Exercise, say: &mut dyn FnMut(String)) -> usize {
+    let mut bad = 0;
+    for file in ["README.md", "README.ru.md"] {
+        let path = format!("{}/common/{file}", exercise.name);
+        let text = crate::files::text(&path).unwrap_or_default();
+        for check in exercise.checks() {
+            if !text.contains(&format!("`{}`", check.name)) {
+                bad += 1;
+                say(format!(
+                    "  {}",
+                    words.common(
+                        Msg::new("verify.docs")
+                            .arg("exercise", exercise.name)
+                            .arg("file", file)
+                            .arg("check", check.name)
+                    )
+                ));
+            }
+        }
+    }
+    bad
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_embedded_design_parses_and_names_only_checks_it_has() {
+        for exercise in crate::EXERCISES {
+            for design in designs(exercise).unwrap() {
+                assert!(!design.expect.about.trim().is_empty(), "{}", design.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_design_naming_a_check_that_is_not_there_is_refused() {
+        let expect: Expect =
+            toml::from_str("about = \"x\"\n[fails]\nrace = \"race_reports\"\n").unwrap();
+        assert_eq!(expect.fails["race"], "race_reports");
+        assert!(
+            toml::from_str::<Expect>("about = \"x\"\nfail = {}\n").is_err(),
+            "an unknown field is refused"
+        );
+    }
+}
