@@ -866,3 +866,237 @@ fn the_program_may_use_its_schema_and_nothing_else() {
     assert_code(&out, 0);
     assert!(!stdout(&out).contains("ESCAPED"), "{}", stdout(&out));
 }
+
+/// The lines of `--format json`, each parsed (a line that is not JSON fails the test).
+fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The test cases of a `--format junit` document, parsed as XML: (name, what it holds:
+/// "failure", "error", "skipped" or "" for a success).
+fn junit_cases(xml: &str) -> Vec<(String, String)> {
+    let doc = roxmltree::Document::parse(xml).unwrap_or_else(|e| panic!("{e}: {xml}"));
+    doc.descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .map(|case| {
+            let kind = case
+                .children()
+                .find(|c| c.is_element())
+                .map(|c| c.tag_name().name().to_string())
+                .unwrap_or_default();
+            (case.attribute("name").unwrap_or_default().to_string(), kind)
+        })
+        .collect()
+}
+
+/// Whatever ends a run, JSON is JSON lines with every selected check in them and a last line
+/// that says how the run ended, and JUnit is one document with every selected check.
+#[test]
+fn json_and_junit_are_whole_documents_whatever_ends_the_run() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let only = ["--only", "replay", "--only", "race"];
+
+    // The program never answers.
+    let silent = work.path().join("silent");
+    project(
+        &silent,
+        &["sh", "-c", "echo 'no module named fastapi' >&2; exit 3"],
+        "",
+    );
+    for format in ["json", "junit"] {
+        let mut args = vec![
+            "exercise",
+            "check",
+            "report-api",
+            silent.to_str().unwrap(),
+            "--format",
+            format,
+        ];
+        args.extend(only);
+        let out = lab(&args).env("TMPDIR", tmp.path()).output().unwrap();
+        assert_code(&out, 4);
+        if format == "json" {
+            let lines = json_lines(&stdout(&out));
+            assert_eq!(lines.len(), 3, "{lines:?}");
+            for (line, check) in lines.iter().zip(["replay", "race"]) {
+                assert_eq!(line["check"], check);
+                assert_eq!(line["verdict"], "unknown");
+                assert!(
+                    line["reason"].as_str().unwrap().contains("exited"),
+                    "{line}"
+                );
+            }
+            assert_eq!(lines[2]["ended"], "not_ready");
+            assert!(
+                lines[2]["output"]
+                    .as_str()
+                    .unwrap()
+                    .contains("no module named fastapi")
+            );
+        } else {
+            assert_eq!(
+                junit_cases(&stdout(&out)),
+                [
+                    ("replay".into(), "error".into()),
+                    ("race".into(), "error".into())
+                ]
+            );
+        }
+    }
+
+    // The environment fails: nothing listens where the database should be.
+    let answering = work.path().join("answering");
+    answering_program(&answering);
+    for format in ["json", "junit"] {
+        let mut args = vec![
+            "exercise",
+            "check",
+            "report-api",
+            answering.to_str().unwrap(),
+            "--database-url",
+            "postgresql://lab@127.0.0.1:1/lab",
+            "--format",
+            format,
+        ];
+        args.extend(only);
+        let out = lab(&args).env("TMPDIR", tmp.path()).output().unwrap();
+        assert_code(&out, 3);
+        assert!(stderr(&out).contains("127.0.0.1:1"), "{}", stderr(&out));
+        if format == "json" {
+            let lines = json_lines(&stdout(&out));
+            assert_eq!(lines.len(), 3, "{lines:?}");
+            assert_eq!(lines[2]["ended"], "environment_error");
+            assert_eq!(lines[2]["summary"]["not_run"], 2);
+        } else {
+            let cases = junit_cases(&stdout(&out));
+            assert_eq!(cases.len(), 2, "{cases:?}");
+            assert!(cases.iter().all(|(_, kind)| kind == "error"), "{cases:?}");
+        }
+    }
+
+    // Interrupted while the lab waits for a commit that never comes (`crash`), after `replay`
+    // ended: JSON lines stream, so the test reads until `replay`'s line has come.
+    let args = [
+        "exercise",
+        "check",
+        "report-api",
+        answering.to_str().unwrap(),
+        "--only",
+        "replay",
+        "--only",
+        "crash",
+        "--format",
+    ];
+    let mut child = lab(&[&args[..], &["json"]].concat())
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["check"], "replay");
+    common::interrupt(&child);
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    let rest = json_lines(&rest.join("\n"));
+    assert_eq!(rest.len(), 2, "{rest:?}");
+    assert_eq!(rest[0]["check"], "crash");
+    assert_eq!(rest[0]["verdict"], "unknown");
+    assert_eq!(rest[1]["ended"], "interrupted");
+    // The same as one JUnit document, interrupted once the program is up: `replay` may or may
+    // not have ended by then; `crash` never has, and both are in the document.
+    let child = lab(&[&args[..], &["junit"]].concat())
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !processes_in(&answering)
+        .iter()
+        .any(|p| p.contains("http.server"))
+    {
+        assert!(Instant::now() < deadline, "the program never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    common::interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let cases = junit_cases(&stdout(&out));
+    assert_eq!(cases.len(), 2, "{cases:?}");
+    assert_eq!(cases[0].0, "replay");
+    assert!(
+        ["failure", "error"].contains(&cases[0].1.as_str()),
+        "{cases:?}"
+    );
+    assert_eq!(cases[1], ("crash".into(), "error".into()));
+    assert_eq!(processes_in(&answering), Vec::<String>::new());
+    lab_testkit::assert_nothing_left(tmp.path(), "after the runs");
+}
+
+/// Every replay line the lab prints runs as printed (with this build's `lab` for `lab`), and
+/// gets the verdict it replays.
+#[test]
+fn a_replay_line_runs_as_printed_and_replays_its_verdict() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("with space");
+    answering_program(&dir);
+    let out = lab(&[
+        "exercise",
+        "check",
+        "report-api",
+        dir.to_str().unwrap(),
+        "--only",
+        "replay",
+        "--only",
+        "burst",
+        "--seed",
+        "7",
+        "--repeat",
+        "2",
+        "--format",
+        "json",
+    ])
+    .env("TMPDIR", tmp.path())
+    .output()
+    .unwrap();
+    assert_code(&out, 1);
+    let lines = json_lines(&stdout(&out));
+    let checks: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l.get("check").is_some()).collect();
+    assert_eq!(checks.len(), 2);
+    for line in checks {
+        let replay = line["replay"].as_str().unwrap();
+        assert!(
+            replay.starts_with("lab exercise check report-api '"),
+            "{replay}"
+        );
+        if line["check"] == "burst" {
+            assert!(
+                replay.ends_with("--only burst --seed 7 --repeat 2"),
+                "{replay}"
+            );
+        }
+        let command = format!(
+            "{} --format json",
+            replay.replacen("lab", common::lab_path(), 1)
+        );
+        let again = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .current_dir(common::repo())
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        let replayed = json_lines(&stdout(&again));
+        assert_eq!(replayed[0]["check"], line["check"], "{command}");
+        assert_eq!(replayed[0]["verdict"], line["verdict"], "{command}");
+        assert_eq!(replayed[0]["reason_key"], line["reason_key"], "{command}");
+    }
+    lab_testkit::assert_nothing_left(tmp.path(), "after the replays");
+}

@@ -277,6 +277,11 @@ impl Guest {
         }
     }
 
+    /// How many bytes the program has printed so far.
+    pub fn printed(&self) -> u64 {
+        std::fs::metadata(&self.log).map_or(0, |m| m.len())
+    }
+
     /// The last lines the program printed (stdout and stderr together).
     pub async fn output(&self) -> String {
         self.output_since(&Mark::default()).await

@@ -58,6 +58,8 @@ pub mod exercise;
 pub mod files;
 pub mod guest;
 pub mod guest_env;
+#[cfg(test)]
+mod hello_example;
 pub mod invoice_consumer;
 pub mod judgement;
 pub mod lab_side;
@@ -116,4 +118,107 @@ pub async fn check(
         on_report,
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_infra::{Needs, ServerOptions, Servers};
+
+    use crate::{CheckOptions, Checked, Manifest, Subject, Verdict};
+
+    /// The documentation's module is the one in `hello_example.rs`, line for line.
+    #[test]
+    fn the_documented_module_is_the_one_compiled_here() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md"),
+        )
+        .expect("docs/architecture.md");
+        let section = doc
+            .split("## Adding an exercise")
+            .nth(1)
+            .expect("the section exists");
+        let block = section
+            .split("```rust\n")
+            .nth(1)
+            .and_then(|rest| rest.split("   ```").next())
+            .expect("the section has a Rust block");
+        let documented: Vec<&str> = block
+            .lines()
+            .map(|line| line.strip_prefix("   ").unwrap_or(line))
+            .collect();
+        let compiled: Vec<&str> = include_str!("hello_example.rs").lines().collect();
+        assert_eq!(documented, compiled);
+    }
+
+    /// A learner's program for `hello`, in Python's standard library: it answers `POST /hello`
+    /// with `status`.
+    fn program(dir: &std::path::Path, status: u16) -> Subject {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(
+            dir.join("app.py"),
+            format!(
+                "import os\n\
+                 from http.server import BaseHTTPRequestHandler, HTTPServer\n\
+                 class Handler(BaseHTTPRequestHandler):\n\
+                 \x20   def do_GET(self):\n\
+                 \x20       self.send_response(200)\n\
+                 \x20       self.end_headers()\n\
+                 \x20   def do_POST(self):\n\
+                 \x20       body = b'{{\"hello\": \"world\"}}'\n\
+                 \x20       self.send_response({status})\n\
+                 \x20       self.send_header('content-length', str(len(body)))\n\
+                 \x20       self.end_headers()\n\
+                 \x20       self.wfile.write(body)\n\
+                 HTTPServer(('127.0.0.1', int(os.environ['PORT'])), Handler).serve_forever()\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("lab-exercise.toml"),
+            "exercise = \"hello\"\nlang = \"python\"\ncommand = [\"python3\", \"app.py\"]\n",
+        )
+        .unwrap();
+        Subject::Program {
+            dir: dir.to_path_buf(),
+            manifest: Manifest::read(dir).unwrap(),
+        }
+    }
+
+    /// It runs, and judges the program by what it answered: step 2 of the documentation.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_documented_exercise_passes_a_greeting_and_fails_its_absence() {
+        let servers = Servers::start(&ServerOptions::default(), Needs::default())
+            .await
+            .expect("no servers to start");
+        let tmp = tempfile::tempdir().unwrap();
+        let options = CheckOptions {
+            only: Vec::new(),
+            seed: 1,
+            repeat: CheckOptions::REPEAT,
+            guest_env: Vec::new(),
+        };
+        let mut verdicts = Vec::new();
+        for (name, status) in [("greets", 201), ("silent", 200)] {
+            let subject = program(&tmp.path().join(name), status);
+            let checked = crate::check(
+                &super::hello_example::EXERCISE,
+                subject,
+                &servers,
+                &options,
+                &mut |_| {},
+            )
+            .await
+            .expect("the check runs");
+            let Checked::Reports(reports) = checked else {
+                panic!("the program answered GET /health")
+            };
+            verdicts.push(reports[0].verdict.clone());
+        }
+        servers.shutdown().await;
+        assert!(matches!(verdicts[0], Verdict::Pass), "{:?}", verdicts[0]);
+        match &verdicts[1] {
+            Verdict::Fail(msg) => assert_eq!(msg.key, "broke.no_greeting"),
+            other => panic!("a 200 passed: {other:?}"),
+        }
+    }
 }

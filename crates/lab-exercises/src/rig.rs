@@ -31,6 +31,11 @@ use crate::judgement::{Judged, verdict_of};
 use crate::manifest::Manifest;
 use crate::verdict::{CheckReport, Line, Sent, Verdict};
 
+/// How long the program's output must stay the same before it is shown beside a check, and the
+/// longest the lab waits for that.
+const OUTPUT_SETTLE: Duration = Duration::from_millis(150);
+const OUTPUT_PATIENCE: Duration = Duration::from_secs(1);
+
 /// The learner's program, as the lab starts it.
 #[derive(Debug, Clone)]
 pub struct Program {
@@ -250,9 +255,27 @@ impl Rig {
         }
     }
 
+    /// How much the program's copies have printed, all together.
+    fn printed(&self) -> u64 {
+        let service = self.guest.as_ref().map_or(0, Guest::printed);
+        service + self.jobs.iter().map(|(_, job)| job.printed()).sum::<u64>()
+    }
+
     /// What the program printed during the current check: the service's lines since the check
-    /// began, and each job's, named.
+    /// began, and each job's, named. A program writes its traceback after the answer it sends
+    /// (uvicorn logs a 500 once it went out), so the output is read once it has stopped growing
+    /// for [`OUTPUT_SETTLE`], waiting at most [`OUTPUT_PATIENCE`]: what is shown, not an order.
     pub async fn output(&self) -> Option<String> {
+        let started = std::time::Instant::now();
+        let mut seen = self.printed();
+        while started.elapsed() < OUTPUT_PATIENCE {
+            tokio::time::sleep(OUTPUT_SETTLE).await;
+            let now = self.printed();
+            if now == seen {
+                break;
+            }
+            seen = now;
+        }
         let mut said = Vec::new();
         if let Some(guest) = &self.guest
             && let Some(output) = guest.said_since(&self.mark).await
