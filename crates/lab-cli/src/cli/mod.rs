@@ -12,10 +12,12 @@ pub const DEFAULT_PORT_BASE: u16 = 8470;
 const AFTER_HELP: &str = "\
 Exit codes:
   0    every fact (and, for `check`, every narrative) is as expected
-  1    a fact or a narrative is not as expected (drift); `soak` with the
-       protections on: an iteration charged twice (with them off, exit 0)
+  1    a fact or a narrative is not as expected (drift); `exercise check`: a
+       check failed; `soak` with the protections on: an iteration charged
+       twice (with them off, exit 0)
   2    usage error: an unknown flag, scenario or value
-  3    environment: PostgreSQL or Redis cannot be started or reached
+  3    environment: PostgreSQL or Redis cannot be started or reached, or
+       failed in the middle of the work
   4    `lab exercise check`: a check could not decide, or your program never answered
   130  interrupted by Ctrl-C, or stopped with q in step mode
   143  terminated by SIGTERM
@@ -193,8 +195,9 @@ Examples:
 const EXERCISE_VERIFY_EXAMPLES: &str = "\
 Examples:
   lab exercise verify --python-venv target/exercise-py
-                                            every exercise, both languages, five seeds
-  lab exercise verify report-api --seeds 1 --python-venv target/exercise-py";
+                                            every exercise: starters and solutions in both
+                                            languages, and every learner design, five seeds
+  lab exercise verify report-api --seeds 1 --design-seeds 3 --python-venv target/exercise-py";
 
 #[derive(Debug, Subcommand)]
 pub enum ExerciseCommand {
