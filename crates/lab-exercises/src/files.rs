@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::error::ExerciseError;
+use crate::exercise::Exercise;
 
 include!(concat!(env!("OUT_DIR"), "/files.rs"));
 
@@ -89,19 +90,18 @@ pub fn write_project(
 /// common files (its READMEs), the side's own, `schema.sql` for an exercise on PostgreSQL, and
 /// `idem` under `vendor/idem` for a Rust project of the payments lesson.
 pub fn write_side(
-    exercise: &str,
+    exercise: &Exercise,
     lang: &str,
     side: &str,
     dir: &Path,
 ) -> Result<Vec<String>, ExerciseError> {
-    let found = crate::catalogue::find(exercise)
-        .ok_or_else(|| ExerciseError::Unknown(exercise.to_string()))?;
+    let name = exercise.name;
     let mut sources = vec![
-        (format!("{exercise}/common"), ""),
-        (format!("{exercise}/{lang}/{side}"), ""),
+        (format!("{name}/common"), ""),
+        (format!("{name}/{lang}/{side}"), ""),
     ];
-    if lang == "rust" && found.rust_uses_idem {
+    if lang == "rust" && exercise.rust_uses_idem {
         sources.push(("vendor/idem".to_string(), "vendor/idem"));
     }
-    write_project(&sources, found.needs.postgres, dir)
+    write_project(&sources, exercise.needs.postgres, dir)
 }

@@ -139,7 +139,7 @@ pub async fn verify(
                 // folders, and Cargo, which hashes a workspace's own crate by its path inside
                 // the workspace, would take one's build for the other's.
                 let target = scratch.join(format!("cargo-target-{}", side.word()));
-                crate::files::write_side(exercise.name, lang, &side.word(), &dir)?;
+                crate::files::write_side(exercise, lang, &side.word(), &dir)?;
                 let project = Project {
                     exercise,
                     lang,

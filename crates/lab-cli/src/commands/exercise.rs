@@ -237,7 +237,7 @@ fn list(words: &Words) -> Result<u8, Failure> {
 
 fn start(words: &Words, exercise: &Exercise, lang: &str, dir: &Path) -> Result<u8, Failure> {
     let written =
-        lab_exercises::files::write_side(exercise.name, lang, "starter", dir).map_err(failure)?;
+        lab_exercises::files::write_side(exercise, lang, "starter", dir).map_err(failure)?;
     let shown = dir.display().to_string();
     say!(
         "{}",
@@ -272,7 +272,7 @@ fn solution(words: &Words, exercise: &Exercise, lang: &str, dir: &Path) -> Resul
     let mut beside = dir.as_os_str().to_owned();
     beside.push("-solution");
     let beside = PathBuf::from(beside);
-    lab_exercises::files::write_side(exercise.name, lang, "solution", &beside).map_err(failure)?;
+    lab_exercises::files::write_side(exercise, lang, "solution", &beside).map_err(failure)?;
     say!(
         "{}",
         words.common(Msg::new("solution.written").arg("dir", beside.display().to_string()))
