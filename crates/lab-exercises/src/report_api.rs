@@ -116,8 +116,8 @@ pub struct ReportApi {
     /// Task ids are `task_base + n`: small and readable in a run's own schema, far from
     /// anything already there in a target's.
     task_base: i64,
-    /// The role the service logs in as, when the lab made it (a throwaway server): how the
-    /// race tells the service's sessions from others. `None`: every session but the lab's.
+    /// The role the service logs in as, when the lab started it: how `race` and `burst` tell
+    /// the service's sessions from others. `None` (`--target`): every session but the lab's.
     role: Option<String>,
 }
 
@@ -145,13 +145,13 @@ async fn open(setup: Setup<'_>) -> Result<Checked, ExerciseError> {
                 let mut rig = Rig::new(&space.run_id, options, Some(Program { dir, manifest }));
                 rig.build().await?;
                 let mut env = rig.env();
-                env.database_url = Some(database::guest_database_url(servers, &space).await?);
-                // `database` names the run's own role after its schema, on a throwaway server.
-                let role = servers
-                    .postgres
-                    .as_ref()
-                    .is_some_and(|p| p.origin == lab_infra::Origin::Throwaway)
-                    .then(|| space.schema.clone());
+                let database_url = database::guest_database_url(servers, &space).await?;
+                // The login the service's sessions carry, whichever server this is.
+                let role = reqwest::Url::parse(&database_url)
+                    .ok()
+                    .map(|url| url.username().to_string())
+                    .filter(|user| !user.is_empty());
+                env.database_url = Some(database_url);
                 if let Err(not_ready) = rig.start_service(env).await? {
                     rig.close().await;
                     return Ok(Checked::NotReady(not_ready));

@@ -172,10 +172,10 @@ pub(super) struct Session {
     pub state: Option<String>,
 }
 
-/// The service's sessions in the run's database: those of the run's `role` when the lab made
-/// one (a throwaway server), else every session but the lab's own (its connections carry the
-/// lab's `application_name`). `lab` is the backend that holds the lock; any session waiting for
-/// it is the service's, whatever its role.
+/// The service's sessions in the run's database: those logged in as `role` (the login the lab
+/// gave the service), or without a role (`--target`) every session but the lab's own (its
+/// connections carry the lab's `application_name`). `lab` is the backend that holds the lock:
+/// any session waiting for it is counted, whatever its role.
 pub(super) async fn sessions(
     pool: &PgPool,
     lab: i32,
