@@ -6,7 +6,7 @@
 //! |---------------|---------------------------------------------------------------------|----------------------------------------|
 //! | `replay`      | one key, the same content twice                                     | one report; 201 `replayed: false` naming it, then 200 `replayed: true` naming it |
 //! | `no-key`      | no key, twice                                                       | two reports                            |
-//! | `conflict`    | one key, then the same key with another report type, and with another task | 409 with JSON each time, and no second report |
+//! | `conflict`    | one key, then the same key with another report type, with another task, then the first content again | 409 with JSON each time, no second report; then a replay of the one report |
 //! | `invalid-key` | an empty, a blank and a 256-character key; then a 255-character key | 400 with JSON and no report; the 255-character key makes its report (201) |
 //! | `lost-answer` | the answer dropped by the fault proxy after the service answered   | the retry finds the one report         |
 //! | `timeout`     | the answer held 900 ms, the client gives up at 150 ms               | the retry finds the one report         |
@@ -542,6 +542,51 @@ async fn no_key(a: &mut ReportApi) -> Judged {
     Ok(())
 }
 
+/// What `conflict` sent under one key, in order: the first request, the same key with another
+/// report type, with another task, and the first request again.
+struct Conflicted {
+    first: Sent,
+    other_type: Sent,
+    other_task: Sent,
+    again: Sent,
+}
+
+/// `conflict` judged: one report of the task, made by the first request; each changed field
+/// refused with 409 and JSON, and no report of the other task; the first content, sent again
+/// after the refusals, still replays the one report.
+fn judge_conflict(
+    sent: &Conflicted,
+    rows: &[ReportRow],
+    task: i64,
+    other_rows: &[ReportRow],
+    other_task: i64,
+) -> Judged {
+    no_server_error(&[&sent.first, &sent.other_type, &sent.other_task, &sent.again])?;
+    let row = one_report(rows, task)?;
+    status_is(&sent.first, 201)?;
+    for (refused, field) in [
+        (&sent.other_type, "report_type"),
+        (&sent.other_task, "task_id"),
+    ] {
+        if refused.status != Some(409) {
+            return fail(
+                broke("not_conflict")
+                    .arg("field", field)
+                    .arg("got", refused.status_arg()),
+            );
+        }
+        json_refusal(refused, 409)?;
+    }
+    if !other_rows.is_empty() {
+        return fail(
+            broke("conflict_stored")
+                .arg("task", other_task)
+                .arg("count", other_rows.len()),
+        );
+    }
+    replays(&sent.again, row)
+}
+
 async fn conflict(a: &mut ReportApi) -> Judged {
     let task = a.task(3);
     let other_task = a.task(13);
@@ -564,29 +609,18 @@ async fn conflict(a: &mut ReportApi) -> Judged {
         report_body(other_task, "monthly"),
     );
     let other_task_sent = a.send(call).await;
+    // A refusal changes nothing the key stands for.
+    a.step(Msg::new("step.conflict_again"));
+    let again = a.send_monthly(Via::Direct, Some(&key), task).await;
     let rows = a.rows(task).await?;
     let other_rows = a.rows(other_task).await?;
-    no_server_error(&[&first, &other_type, &other_task_sent])?;
-    one_report(&rows, task)?;
-    status_is(&first, 201)?;
-    for (sent, field) in [(&other_type, "report_type"), (&other_task_sent, "task_id")] {
-        if sent.status != Some(409) {
-            return fail(
-                broke("not_conflict")
-                    .arg("field", field)
-                    .arg("got", sent.status_arg()),
-            );
-        }
-        json_refusal(sent, 409)?;
-    }
-    if !other_rows.is_empty() {
-        return fail(
-            broke("conflict_stored")
-                .arg("task", other_task)
-                .arg("count", other_rows.len()),
-        );
-    }
-    Ok(())
+    let sent = Conflicted {
+        first,
+        other_type,
+        other_task: other_task_sent,
+        again,
+    };
+    judge_conflict(&sent, &rows, task, &other_rows, other_task)
 }
 
 /// The invalid keys, judged: each refused with 400 and JSON, and no report of their task; then

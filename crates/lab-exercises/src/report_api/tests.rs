@@ -432,3 +432,44 @@ fn a_staged_moment_is_told_by_how_the_lab_let_go() {
     assert_eq!(why.key, "unknown.race_gave_up");
     assert_eq!(why.args[1].1, lab_core::Arg::Int(503));
 }
+
+#[test]
+fn a_conflict_is_refused_field_by_field_and_changes_nothing_the_key_stands_for() {
+    let conflicted = || Conflicted {
+        first: sent("client", Some(201), Some(1), false),
+        other_type: sent("client", Some(409), None, false),
+        other_task: sent("client", Some(409), None, false),
+        again: sent("client", Some(200), Some(1), true),
+    };
+    assert_eq!(
+        key_of(judge_conflict(&conflicted(), &[row(1)], 7, &[], 13)),
+        None
+    );
+    let mut replayed_other_task = conflicted();
+    replayed_other_task.other_task = sent("client", Some(200), Some(1), true);
+    let judged = judge_conflict(&replayed_other_task, &[row(1)], 7, &[], 13);
+    assert_eq!(arg(&judged, "field"), &lab_core::Arg::from("task_id"));
+    assert_eq!(key_of(judged).as_deref(), Some("broke.not_conflict"));
+    let mut stored_other_task = conflicted();
+    stored_other_task.other_task = sent("client", Some(409), None, false);
+    let mut other = row(2);
+    other.task_id = 13;
+    assert_eq!(
+        key_of(judge_conflict(
+            &stored_other_task,
+            &[row(1)],
+            7,
+            &[other],
+            13
+        ))
+        .as_deref(),
+        Some("broke.conflict_stored")
+    );
+    // The first content after the refusals: still its replay.
+    let mut forgotten = conflicted();
+    forgotten.again = sent("client", Some(409), None, false);
+    assert_eq!(
+        key_of(judge_conflict(&forgotten, &[row(1)], 7, &[], 13)).as_deref(),
+        Some("broke.status")
+    );
+}
