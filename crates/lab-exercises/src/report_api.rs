@@ -4,34 +4,43 @@
 //!
 //! | check         | the schedule                                                        | the invariant                          |
 //! |---------------|---------------------------------------------------------------------|----------------------------------------|
-//! | `replay`      | one key, the same content twice                                     | one report; 201, then 200 `replayed`   |
+//! | `replay`      | one key, the same content twice                                     | one report; 201 `replayed: false` naming it, then 200 `replayed: true` naming it |
 //! | `no-key`      | no key, twice                                                       | two reports                            |
-//! | `conflict`    | one key, then the same key with another report type, and with another task | 409 each time, and no second report |
-//! | `invalid-key` | an empty, a blank and a 256-character key                           | 400 with a JSON body; no report        |
-//! | `lost-answer` | the answer dropped by the fault proxy after the service answered    | the retry finds the one report         |
+//! | `conflict`    | one key, then the same key with another report type, with another task, then the first content again | 409 with JSON each time, no second report; then a replay of the one report |
+//! | `invalid-key` | an empty, a blank and a 256-character key; then a 255-character key | 400 with JSON and no report; the 255-character key makes its report (201) |
+//! | `lost-answer` | the answer dropped by the fault proxy after the service answered   | the retry finds the one report         |
 //! | `timeout`     | the answer held 900 ms, the client gives up at 150 ms               | the retry finds the one report         |
-//! | `race`        | two requests with one key, held at the database until both wait, then let go together | one report, no 5xx |
-//! | `burst`       | seeded bursts of concurrent same-key requests, repeated             | one report per key, no 5xx             |
-//! | `crash`       | the service SIGKILLed right after the COMMIT, started again         | the retry finds the one report         |
-//! | `hostile`     | malformed bodies and headers                                        | never a 5xx; a 4xx has a JSON body     |
+//! | `race`        | two requests with one key held at the database, let go together; then two with one key and different report types | one report, no 5xx; the same content replays it, other content gets 409 |
+//! | `burst`       | seeded bursts of 8 same-key requests (starts spread over 20 ms), writes held until a seeded number of them (2 to 8) wait, repeated | one report, one 201, replays; no 5xx |
+//! | `crash`       | the service SIGKILLed right after the COMMIT, started again         | the retry finds the one report (not a second: the key outlives the process) |
+//! | `hostile`     | malformed bodies and keys (the README's bounds, and junk)           | a 4xx with a JSON body, no report; never a 5xx |
 //!
-//! Two of them need a moment the service does not show from outside, and take it from
+//! Three of them need a moment the service does not show from outside, and take it from
 //! PostgreSQL instead of a sleep:
 //!
 //! - `race` locks `reports` against writes (`SHARE ROW EXCLUSIVE`: reads still pass) in a
-//!   transaction of the lab's own, sends the two requests, and waits until each of them is
-//!   blocked, directly or through the other, on the lab's transaction (`pg_blocking_pids`,
-//!   followed link by link: a row, an advisory lock, a key table of the service's own, whatever
-//!   the design waits on). Then it rolls back: both go on at the same instant, each having made
-//!   whatever check it makes before its write. The requests that answered meanwhile (a design
-//!   that refuses a request in progress) count as having reached their moment too.
+//!   transaction of the lab's own, sends the requests, and watches the service's sessions until
+//!   each request waits, directly or behind another, on the lab's transaction (any lock: a row,
+//!   an advisory lock, a key table of the service's own), or until the service has held the
+//!   rest back itself for a quiet while (one thread, a lock in memory). Then it rolls back: the
+//!   waiting go on at the same instant, each having made whatever check it makes before its
+//!   write. The watching is [`staging`]'s.
+//! - `burst` does the same with its seeded spread of starts, and lets go once a seeded number
+//!   of its requests (two at least) wait, the others coming as they come: however loaded the
+//!   machine, at least two meet, so load makes a burst slower, never a race missed.
 //! - `crash` listens on a channel the lab's trigger on `reports` notifies (a notification is
 //!   delivered only once its transaction has committed) and kills the service when it comes.
+//!
+//! Layout: the checks and their judgements here (the judgements are pure functions of the
+//! answers and the rows: `judge_*`, `creates`, `replays`, tested in `tests` without a
+//! database); the race's staging in [`staging`]; `hostile`'s sample in [`hostile`].
 
-use std::time::{Duration, Instant};
+mod hostile;
+mod staging;
+
+use std::time::Duration;
 
 use faultproxy::Fault;
-use futures_util::future::join_all;
 use lab_core::Msg;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt as _, SeedableRng as _};
@@ -45,6 +54,8 @@ use crate::judgement::{Judged, broke, fail, undecided, unknown};
 use crate::lab_side::STAGING_LIMIT;
 use crate::rig::{Program, Rig, World, run_checks};
 use crate::verdict::{Line, Outcome, ReportRow, Sent, who};
+use hostile::{Hostile, hostile_sample};
+use staging::{Release, Staged};
 
 pub static EXERCISE: Exercise = Exercise {
     name: "report-api",
@@ -79,11 +90,13 @@ const HELD_ANSWER: Duration = Duration::from_millis(900);
 const CLIENT_TIMEOUT: Duration = Duration::from_millis(150);
 /// How long a patient call waits: far longer than any of the learner's handlers should take.
 const PATIENT: Duration = Duration::from_secs(10);
-/// How often PostgreSQL's locks are read while the race's requests gather: a poll for a state,
-/// not a wait for an order.
-const LOCK_POLL: Duration = Duration::from_millis(10);
-/// How many requests race in `race`.
-const RACERS: usize = 2;
+/// What the two rounds of `race` send under one key, client by client: the same content twice
+/// (one creates the report, the other must replay it), then two contents (one creates, the
+/// other must be refused, whichever comes first).
+const RACE_SAME: [&str; 2] = ["monthly", "monthly"];
+const RACE_OTHER: [&str; 2] = ["monthly", "yearly"];
+/// The longest key the contract accepts.
+const MAX_KEY: usize = 255;
 /// Concurrent requests per burst, and the spread of their starts.
 const BURST_SIZE: usize = 8;
 const BURST_SPREAD_MS: u64 = 20;
@@ -103,6 +116,9 @@ pub struct ReportApi {
     /// Task ids are `task_base + n`: small and readable in a run's own schema, far from
     /// anything already there in a target's.
     task_base: i64,
+    /// The role the service logs in as, when the lab started it: how `race` and `burst` tell
+    /// the service's sessions from others. `None` (`--target`): every session but the lab's.
+    role: Option<String>,
 }
 
 /// Which way a call goes.
@@ -129,13 +145,19 @@ async fn open(setup: Setup<'_>) -> Result<Checked, ExerciseError> {
                 let mut rig = Rig::new(&space.run_id, options, Some(Program { dir, manifest }));
                 rig.build().await?;
                 let mut env = rig.env();
-                env.database_url = Some(database::guest_database_url(servers, &space).await?);
+                let database_url = database::guest_database_url(servers, &space).await?;
+                // The login the service's sessions carry, whichever server this is.
+                let role = reqwest::Url::parse(&database_url)
+                    .ok()
+                    .map(|url| url.username().to_string())
+                    .filter(|user| !user.is_empty());
+                env.database_url = Some(database_url);
                 if let Err(not_ready) = rig.start_service(env).await? {
                     rig.close().await;
                     return Ok(Checked::NotReady(not_ready));
                 }
                 let direct = rig.service_url();
-                let world = ReportApi::open(rig, pool, Some(channel), direct, 0).await?;
+                let world = ReportApi::open(rig, pool, Some(channel), direct, 0, role).await?;
                 Ok(Checked::Reports(
                     run_checks(&CHECKS, world, options, on_report).await?,
                 ))
@@ -163,6 +185,7 @@ async fn open(setup: Setup<'_>) -> Result<Checked, ExerciseError> {
                 None,
                 url.trim_end_matches('/').to_string(),
                 task_base,
+                None,
             )
             .await?;
             Ok(Checked::Reports(
@@ -194,6 +217,7 @@ impl ReportApi {
         commit_channel: Option<String>,
         direct: String,
         task_base: i64,
+        role: Option<String>,
     ) -> Result<ReportApi, ExerciseError> {
         let upstream = reqwest::Url::parse(&direct)
             .ok()
@@ -209,6 +233,7 @@ impl ReportApi {
             direct,
             proxy,
             task_base,
+            role,
         })
     }
 
@@ -343,6 +368,16 @@ fn names_the_report(call: &Sent, row: &ReportRow) -> Judged {
     )
 }
 
+/// The answer of the request that made `row`: 201, the row's id, `replayed: false`.
+fn creates(call: &Sent, row: &ReportRow) -> Judged {
+    status_is(call, 201)?;
+    names_the_report(call, row)?;
+    if call.replayed != Some(false) {
+        return fail(broke("not_fresh").arg("who", who(&call.who)));
+    }
+    Ok(())
+}
+
 /// A replay that names the stored report: 200, `replayed: true`, and the row's id.
 fn replays(call: &Sent, row: &ReportRow) -> Judged {
     status_is(call, 200)?;
@@ -362,15 +397,41 @@ fn json_refusal(call: &Sent, expected: u16) -> Judged {
     Ok(())
 }
 
-/// Requests that raced on one key, judged: one report, one 201, and replays naming it. The two
-/// ways a check before the write breaks are named as such: both requests inserted (nothing
-/// excluded the other), or the loser hit the guard and was answered with an error.
+/// The report type a call of the lab's sent (its body is the lab's own JSON).
+fn sent_type(call: &Sent) -> Option<String> {
+    let body: serde_json::Value = serde_json::from_str(&call.body).ok()?;
+    Some(body.get("report_type")?.as_str()?.to_string())
+}
+
+/// What an error's body said, for a line: its JSON `error`, `detail` or `message`, else the
+/// body as it came (cut to a line).
+fn said(call: &Sent) -> Msg {
+    let text = match serde_json::from_str::<serde_json::Value>(&call.answer) {
+        Ok(body) => ["error", "detail", "message"]
+            .iter()
+            .find_map(|field| body.get(field))
+            .map_or_else(
+                || call.answer.clone(),
+                |v| v.as_str().map_or_else(|| v.to_string(), str::to_string),
+            ),
+        Err(_) => call.answer.clone(),
+    };
+    if text.trim().is_empty() {
+        return Msg::new("said.nothing");
+    }
+    Msg::new("said.text").arg("text", crate::call::cut(text.trim()))
+}
+
+/// Requests that raced on one key, judged: one report; of the requests with its content,
+/// exactly one 201 naming it and replays naming it; of the others, 409. A 5xx, a second
+/// report, a missing answer and a wrong status are each named as what was seen.
 fn judge_race(calls: &[Sent], rows: &[ReportRow], task: i64) -> Judged {
     if let Some(loser) = calls.iter().find(|c| c.status.is_some_and(|s| s >= 500)) {
         return fail(
             broke("race_loser")
                 .arg("who", who(&loser.who))
-                .arg("status", loser.status_arg()),
+                .arg("status", loser.status_arg())
+                .arg("said", said(loser)),
         );
     }
     if rows.len() > 1 {
@@ -380,18 +441,75 @@ fn judge_race(calls: &[Sent], rows: &[ReportRow], task: i64) -> Judged {
                 .arg("count", rows.len()),
         );
     }
+    if let Some(silent) = calls.iter().find(|c| c.status.is_none()) {
+        return fail(
+            broke("race_no_answer")
+                .arg("who", who(&silent.who))
+                .arg("seconds", silent.waited_ms / 1000),
+        );
+    }
     let row = one_report(rows, task)?;
-    let created = calls.iter().filter(|c| c.status == Some(201)).count();
+    let (same, other): (Vec<&Sent>, Vec<&Sent>) = calls
+        .iter()
+        .partition(|c| sent_type(c).as_deref() == Some(row.report_type.as_str()));
+    for call in &other {
+        if call.status != Some(409) {
+            return fail(
+                broke("race_other_content")
+                    .arg("who", who(&call.who))
+                    .arg("sent", sent_type(call).unwrap_or_default())
+                    .arg("id", row.id)
+                    .arg("stored", row.report_type.as_str())
+                    .arg("got", call.status_arg()),
+            );
+        }
+        json_refusal(call, 409)?;
+    }
+    let created = same.iter().filter(|c| c.status == Some(201)).count();
     if created != 1 {
-        return fail(broke("created").arg("count", created));
+        return fail(
+            broke("created")
+                .arg("count", created)
+                .arg("total", same.len()),
+        );
     }
-    for call in calls.iter().filter(|c| c.status != Some(201)) {
-        replays(call, row)?;
-    }
-    for call in calls.iter().filter(|c| c.status == Some(201)) {
-        names_the_report(call, row)?;
+    for call in same {
+        if call.status == Some(201) {
+            names_the_report(call, row)?;
+        } else {
+            replays(call, row)?;
+        }
     }
     Ok(())
+}
+
+/// A retry with the first request's key and content, after its answer was lost: it must replay
+/// the one report. A second report is named for when it came: after a restart, the key was not
+/// where the restarted service looks.
+fn judge_retry(
+    retry: &Sent,
+    before: &[ReportRow],
+    after: &[ReportRow],
+    task: i64,
+    restarted: bool,
+) -> Judged {
+    no_server_error(&[retry])?;
+    if after.len() > 1
+        && let (Some(old), Some(new)) = (before.first(), after.iter().find(|r| !before.contains(r)))
+    {
+        let cause = if restarted {
+            "crash_forgot"
+        } else {
+            "retry_made"
+        };
+        return fail(
+            broke(cause)
+                .arg("got", retry.status_arg())
+                .arg("new", new.id)
+                .arg("old", old.id),
+        );
+    }
+    replays(retry, one_report(after, task)?)
 }
 
 // The checks.
@@ -405,7 +523,7 @@ async fn replay(a: &mut ReportApi) -> Judged {
     let rows = a.rows(task).await?;
     no_server_error(&[&first, &second])?;
     let row = one_report(&rows, task)?;
-    status_is(&first, 201)?;
+    creates(&first, row)?;
     replays(&second, row)
 }
 
@@ -422,6 +540,51 @@ async fn no_key(a: &mut ReportApi) -> Judged {
         return fail(broke("keyless").arg("task", task).arg("count", rows.len()));
     }
     Ok(())
+}
+
+/// What `conflict` sent under one key, in order: the first request, the same key with another
+/// report type, with another task, and the first request again.
+struct Conflicted {
+    first: Sent,
+    other_type: Sent,
+    other_task: Sent,
+    again: Sent,
+}
+
+/// `conflict` judged: one report of the task, made by the first request; each changed field
+/// refused with 409 and JSON, and no report of the other task; the first content, sent again
+/// after the refusals, still replays the one report.
+fn judge_conflict(
+    sent: &Conflicted,
+    rows: &[ReportRow],
+    task: i64,
+    other_rows: &[ReportRow],
+    other_task: i64,
+) -> Judged {
+    no_server_error(&[&sent.first, &sent.other_type, &sent.other_task, &sent.again])?;
+    let row = one_report(rows, task)?;
+    status_is(&sent.first, 201)?;
+    for (refused, field) in [
+        (&sent.other_type, "report_type"),
+        (&sent.other_task, "task_id"),
+    ] {
+        if refused.status != Some(409) {
+            return fail(
+                broke("not_conflict")
+                    .arg("field", field)
+                    .arg("got", refused.status_arg()),
+            );
+        }
+        json_refusal(refused, 409)?;
+    }
+    if !other_rows.is_empty() {
+        return fail(
+            broke("conflict_stored")
+                .arg("task", other_task)
+                .arg("count", other_rows.len()),
+        );
+    }
+    replays(&sent.again, row)
 }
 
 async fn conflict(a: &mut ReportApi) -> Judged {
@@ -446,69 +609,97 @@ async fn conflict(a: &mut ReportApi) -> Judged {
         report_body(other_task, "monthly"),
     );
     let other_task_sent = a.send(call).await;
+    // A refusal changes nothing the key stands for.
+    a.step(Msg::new("step.conflict_again"));
+    let again = a.send_monthly(Via::Direct, Some(&key), task).await;
     let rows = a.rows(task).await?;
     let other_rows = a.rows(other_task).await?;
-    no_server_error(&[&first, &other_type, &other_task_sent])?;
-    one_report(&rows, task)?;
-    status_is(&first, 201)?;
-    for (sent, field) in [(&other_type, "report_type"), (&other_task_sent, "task_id")] {
-        if sent.status != Some(409) {
-            return fail(
-                broke("not_conflict")
-                    .arg("field", field)
-                    .arg("got", sent.status_arg()),
-            );
-        }
-        json_refusal(sent, 409)?;
+    let sent = Conflicted {
+        first,
+        other_type,
+        other_task: other_task_sent,
+        again,
+    };
+    judge_conflict(&sent, &rows, task, &other_rows, other_task)
+}
+
+/// The invalid keys, judged: each refused with 400 and JSON, and no report of their task; then
+/// the longest valid key: 201, and its one report (its body is `replay`'s to judge).
+fn judge_keys(
+    invalid: &[Sent],
+    invalid_rows: &[ReportRow],
+    invalid_task: i64,
+    longest: &Sent,
+    longest_rows: &[ReportRow],
+    longest_task: i64,
+) -> Judged {
+    no_server_error(&invalid.iter().chain([longest]).collect::<Vec<_>>())?;
+    for call in invalid {
+        json_refusal(call, 400)?;
     }
-    if !other_rows.is_empty() {
+    if !invalid_rows.is_empty() {
         return fail(
-            broke("conflict_stored")
-                .arg("task", other_task)
-                .arg("count", other_rows.len()),
+            broke("invalid_stored")
+                .arg("task", invalid_task)
+                .arg("count", invalid_rows.len()),
         );
     }
+    if longest.status != Some(201) {
+        return fail(
+            broke("longest_key")
+                .arg("length", MAX_KEY)
+                .arg("got", longest.status_arg()),
+        );
+    }
+    one_report(longest_rows, longest_task)?;
     Ok(())
 }
 
 async fn invalid_key(a: &mut ReportApi) -> Judged {
     let task = a.task(4);
+    let longest_task = a.task(14);
     a.step(Msg::new("step.invalid_key"));
-    let long = "k".repeat(256);
-    let mut calls = Vec::new();
-    for key in ["", "   ", long.as_str()] {
+    let too_long = "k".repeat(MAX_KEY + 1);
+    let mut invalid = Vec::new();
+    for key in ["", "   ", too_long.as_str()] {
         let call = a.call(
             "client",
             Via::Direct,
             Some(key),
             report_body(task, "monthly"),
         );
-        calls.push(a.send(call).await);
+        invalid.push(a.send(call).await);
     }
+    // The longest valid key, made of the run's own key so no other run's report answers it.
+    let mut longest_key = a.key(longest_task);
+    let pad = MAX_KEY.saturating_sub(longest_key.len());
+    longest_key.push_str(&"k".repeat(pad));
+    a.step(
+        Msg::new("step.longest_key")
+            .arg("length", MAX_KEY)
+            .arg("task", longest_task),
+    );
+    let longest = a
+        .send_monthly(Via::Direct, Some(&longest_key), longest_task)
+        .await;
     let rows = a.rows(task).await?;
-    no_server_error(&calls.iter().collect::<Vec<_>>())?;
-    for call in &calls {
-        json_refusal(call, 400)?;
-    }
-    if !rows.is_empty() {
-        return fail(
-            broke("invalid_stored")
-                .arg("task", task)
-                .arg("count", rows.len()),
-        );
-    }
-    Ok(())
+    let longest_rows = a.rows(longest_task).await?;
+    judge_keys(&invalid, &rows, task, &longest, &longest_rows, longest_task)
 }
 
 /// After a first call whose answer never came: the retry with the same key and content must
-/// find the one report.
-async fn retry_finds_the_report(a: &mut ReportApi, task: i64, key: &str) -> Judged {
-    a.rows(task).await?;
+/// find the one report (`restarted`: the service was started again in between).
+async fn retry_finds_the_report(
+    a: &mut ReportApi,
+    task: i64,
+    key: &str,
+    restarted: bool,
+) -> Judged {
+    let before = a.rows(task).await?;
     a.step(Msg::new("step.retry"));
     let retry = a.send_monthly(Via::Direct, Some(key), task).await;
-    let rows = a.rows(task).await?;
-    no_server_error(&[&retry])?;
-    replays(&retry, one_report(&rows, task)?)
+    let after = a.rows(task).await?;
+    judge_retry(&retry, &before, &after, task, restarted)
 }
 
 /// Whether an armed fault fired within the staging limit.
@@ -527,7 +718,7 @@ async fn lost_answer(a: &mut ReportApi) -> Judged {
     if !fired(&armed).await || first.outcome != Outcome::Unknown {
         return unknown(undecided("fault_not_fired"));
     }
-    retry_finds_the_report(a, task, &key).await
+    retry_finds_the_report(a, task, &key, false).await
 }
 
 async fn timeout(a: &mut ReportApi) -> Judged {
@@ -552,92 +743,95 @@ async fn timeout(a: &mut ReportApi) -> Judged {
     if !fired(&armed).await || first.outcome != Outcome::Unknown {
         return unknown(undecided("not_held"));
     }
-    retry_finds_the_report(a, task, &key).await
-}
-
-/// How many backends wait, directly or through one another, for the backend `lab`: the
-/// closure of `pg_blocking_pids` (any lock: a transaction id, a row, an advisory lock, a
-/// relation), without `lab` itself.
-async fn blocked_on(pool: &PgPool, lab: i32) -> Result<i64, ExerciseError> {
-    Ok(sqlx::query_scalar(
-        "WITH RECURSIVE waits(pid, blocker) AS (
-             SELECT pid, unnest(pg_blocking_pids(pid)) FROM pg_stat_activity
-              WHERE datname = current_database()
-         ), reach(pid) AS (
-             SELECT pid FROM waits WHERE blocker = $1
-             UNION
-             SELECT w.pid FROM waits w JOIN reach r ON w.blocker = r.pid
-         )
-         SELECT count(*) FROM reach WHERE pid <> $1",
-    )
-    .bind(lab)
-    .fetch_one(pool)
-    .await?)
+    retry_finds_the_report(a, task, &key, false).await
 }
 
 async fn race(a: &mut ReportApi) -> Judged {
     let task = a.task(7);
+    a.step(Msg::new("step.race_hold").arg("what", Msg::new("race.same")));
+    race_round(a, task, &RACE_SAME).await?;
+    let task = a.task(8);
+    a.step(Msg::new("step.race_hold").arg("what", Msg::new("race.other").arg("task", task)));
+    race_round(a, task, &RACE_OTHER).await
+}
+
+/// One round of `race`: `types.len()` clients send `task`'s request with one key at once, one
+/// report type each, while the lab holds `reports` against writes; let go together once the
+/// moment is there (see [`staging`]), and judged by the answers and the rows.
+async fn race_round(a: &mut ReportApi, task: i64, types: &[&str]) -> Judged {
     let key = a.key(task);
-    a.step(Msg::new("step.race_hold").arg("count", RACERS));
-    // Writes to `reports` wait for the lab from now on; reads do not, so each request makes
-    // whatever check it makes before its write, and stops at the write (or earlier, behind the
-    // other request's lock).
-    let mut held = a.pool.begin().await?;
-    sqlx::query("LOCK TABLE reports IN SHARE ROW EXCLUSIVE MODE")
-        .execute(&mut *held)
-        .await?;
-    let lab: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *held)
-        .await?;
-    let calls: Vec<_> = (1..=RACERS)
-        .map(|n| {
-            let call = a.call(
-                &format!("client.{n}"),
+    let calls = types
+        .iter()
+        .enumerate()
+        .map(|(n, report_type)| {
+            let mut call = a.call(
+                &format!("client.{}", n + 1),
                 Via::Direct,
                 Some(&key),
-                report_body(task, "monthly"),
+                report_body(task, report_type),
             );
-            let client = a.rig.http.clone();
-            tokio::spawn(async move { send(&client, call).await })
+            // The lab may hold for the whole staging limit: the calls wait that long and the
+            // usual patience after it, so only the service, never the lab's hold, ends them.
+            call.timeout = STAGING_LIMIT + PATIENT;
+            (call, Duration::ZERO)
         })
         .collect();
-    // Every request either answered or waits (through any chain of locks) for the lab.
-    let started = Instant::now();
-    let (mut blocked, mut answered);
-    loop {
-        answered = calls.iter().filter(|c| c.is_finished()).count();
-        blocked = blocked_on(&a.pool, lab).await?;
-        let waiting_for_all = usize::try_from(blocked).unwrap_or(0) >= RACERS - answered;
-        if waiting_for_all || started.elapsed() > STAGING_LIMIT {
-            break;
+    let staged =
+        staging::stage(&a.pool, a.role.as_deref(), &a.rig.http, calls, types.len()).await?;
+    judge_staged(a, staged, task).await
+}
+
+/// How the lab let a staged moment go, in words: the step that says so, or, when the moment
+/// was not staged, the unknown that says why.
+fn release_told(staged: &Staged) -> Result<Msg, Msg> {
+    match staged.release {
+        _ if !staged.ever_waited => Err(undecided("no_race")
+            .arg("ms", staged.held_for)
+            .arg("answered", staged.answered)
+            .arg("count", staged.answers.len())),
+        Release::GaveUp { call } => {
+            let (sent, after) = &staged.answers[call];
+            Err(undecided("race_gave_up")
+                .arg("who", who(&sent.who))
+                .arg("status", sent.status_arg())
+                .arg("ms", *after))
         }
-        tokio::time::sleep(LOCK_POLL).await;
+        Release::Met | Release::AllEnded => Ok(Msg::new("step.race_release")
+            .arg("waiting", staged.waiting)
+            .arg("answered", staged.answered)),
+        Release::HeldBack { quiet } => Ok(Msg::new("step.race_release_held")
+            .arg("waiting", staged.waiting)
+            .arg("absent", staged.absent)
+            .arg("quiet", quiet)
+            .arg("answered", staged.answered)),
+        Release::Limit => Ok(Msg::new("step.race_release_limit")
+            .arg("seconds", STAGING_LIMIT.as_secs())
+            .arg("waiting", staged.waiting)
+            .arg("absent", staged.absent)
+            .arg("answered", staged.answered)),
     }
-    a.step(
-        Msg::new("step.race_release")
-            .arg("waiting", blocked)
-            .arg("answered", answered),
-    );
-    held.rollback().await?;
-    let mut answers = Vec::new();
-    for call in calls {
-        let sent = call.await.expect("a call does not panic");
+}
+
+/// A staged moment told, its calls recorded, and judged by their answers and `task`'s rows.
+async fn judge_staged(a: &mut ReportApi, staged: Staged, task: i64) -> Judged {
+    let told = release_told(&staged);
+    if let Ok(step) = &told {
+        a.step(step.clone());
+    }
+    let answers: Vec<Sent> = staged.answers.into_iter().map(|(sent, _)| sent).collect();
+    for sent in &answers {
         a.rig.record(Line::Call(sent.clone()));
-        answers.push(sent);
+    }
+    if let Err(why) = told {
+        return unknown(why);
+    }
+    if answers.iter().any(|s| s.status.is_none()) {
+        // A call the service never answered: its request may still be at work. The rows are
+        // read once none of the service's sessions is.
+        staging::settle(&a.pool, a.role.as_deref(), PATIENT).await?;
     }
     let rows = a.rows(task).await?;
-    judge_race(&answers, &rows, task)?;
-    if usize::try_from(blocked).unwrap_or(0) + answered < RACERS {
-        // Nothing broke, and the race was not run: the requests never met at the database.
-        return unknown(
-            undecided("no_race")
-                .arg("waiting", blocked)
-                .arg("answered", answered)
-                .arg("count", RACERS)
-                .arg("seconds", STAGING_LIMIT.as_secs()),
-        );
-    }
-    Ok(())
+    judge_race(&answers, &rows, task)
 }
 
 async fn burst(a: &mut ReportApi) -> Judged {
@@ -648,38 +842,34 @@ async fn burst(a: &mut ReportApi) -> Judged {
         let starts: Vec<u64> = (0..BURST_SIZE)
             .map(|_| rng.random_range(0..=BURST_SPREAD_MS))
             .collect();
+        // How many meet at the lab's lock before it lets go, from the seed: at least two (a
+        // race, whatever the machine's load), at most all; the others come as they come.
+        let meet = rng.random_range(2..=BURST_SIZE);
         let before = a.rig.schedule.len();
         a.step(
             Msg::new("step.burst")
                 .arg("round", i64::from(round) + 1)
                 .arg("size", BURST_SIZE)
-                .arg("spread", BURST_SPREAD_MS),
+                .arg("spread", BURST_SPREAD_MS)
+                .arg("meet", meet),
         );
-        let calls: Vec<_> = starts
+        let calls = starts
             .iter()
             .enumerate()
             .map(|(n, start)| {
-                let call = a.call(
+                let mut call = a.call(
                     &format!("client.{}", n + 1),
                     Via::Direct,
                     Some(&key),
                     report_body(task, "monthly"),
                 );
-                let client = a.rig.http.clone();
-                let start = Duration::from_millis(*start);
-                async move {
-                    // A seeded spread of start times: what this check explores, not an order.
-                    tokio::time::sleep(start).await;
-                    send(&client, call).await
-                }
+                // As in `race`: only the service, never the lab's hold, ends a call.
+                call.timeout = STAGING_LIMIT + PATIENT;
+                (call, Duration::from_millis(*start))
             })
             .collect();
-        let answers = join_all(calls).await;
-        for sent in &answers {
-            a.rig.record(Line::Call(sent.clone()));
-        }
-        let rows = a.rows(task).await?;
-        judge_race(&answers, &rows, task)?;
+        let staged = staging::stage(&a.pool, a.role.as_deref(), &a.rig.http, calls, meet).await?;
+        judge_staged(a, staged, task).await?;
         // A round that held: told in one line, not call by call.
         a.rig.schedule.truncate(before);
         a.step(
@@ -735,97 +925,69 @@ async fn crash(a: &mut ReportApi) -> Judged {
     if a.rig.restart_service().await?.is_err() {
         return unknown(undecided("no_restart"));
     }
-    retry_finds_the_report(a, task, &key).await
+    retry_finds_the_report(a, task, &key, true).await
 }
 
-/// The hostile sample: what a careless or malicious client sends. (label, body, key)
-fn hostile_sample(task: i64, rng: &mut ChaCha8Rng) -> Vec<(&'static str, String, Option<String>)> {
-    let mut sample = vec![
-        ("not_json", "{\"task_id\": ".to_string(), None),
-        ("json_array", "[1, 2, 3]".to_string(), None),
-        ("null", "null".to_string(), None),
-        ("field_missing", format!("{{\"task_id\": {task}}}"), None),
-        (
-            "task_id_text",
-            format!("{{\"task_id\": \"{task}x\", \"report_type\": \"monthly\"}}"),
-            None,
-        ),
-        (
-            "task_id_huge",
-            "{\"task_id\": 99999999999999999999999, \"report_type\": \"monthly\"}".to_string(),
-            None,
-        ),
-        (
-            "task_id_negative",
-            "{\"task_id\": -1, \"report_type\": \"monthly\"}".to_string(),
-            None,
-        ),
-        (
-            "nul_byte",
-            format!("{{\"task_id\": {task}, \"report_type\": \"a\\u0000b\"}}"),
-            None,
-        ),
-        (
-            "long_report_type",
-            format!(
-                "{{\"task_id\": {task}, \"report_type\": \"{}\"}}",
-                "x".repeat(10_000)
-            ),
-            None,
-        ),
-        (
-            "long_key",
-            report_body(task, "monthly"),
-            Some("k".repeat(10_000)),
-        ),
-        (
-            "unknown_field",
-            format!("{{\"task_id\": {task}, \"report_type\": \"monthly\", \"admin\": true}}"),
-            None,
-        ),
-    ];
-    // A few seeded byte soups: printable junk of random lengths.
-    for _ in 0..3 {
-        let len = rng.random_range(1..200);
-        let junk: String = (0..len)
-            .map(|_| char::from(rng.random_range(0x20u8..0x7f)))
-            .collect();
-        sample.push(("random_bytes", junk, None));
-    }
-    sample
-}
-
-/// One hostile request's answer judged: a 4xx with a JSON body, or a 2xx.
-fn judge_hostile(sent: &Sent) -> Judged {
+/// One hostile request's answer judged, with the report its task got meanwhile (if any): a
+/// refused one must get a 4xx with a JSON body and make no report; none may get a 5xx.
+fn judge_hostile(request: &Hostile, sent: &Sent, made: Option<&ReportRow>) -> Judged {
     let label = who(&sent.who);
-    match sent.status {
-        Some(status) if status >= 500 => fail(
+    let Some(status) = sent.status else {
+        return fail(broke("no_answer").arg("who", label));
+    };
+    if status >= 500 {
+        return fail(
             broke("server_error")
                 .arg("who", label)
                 .arg("status", i64::from(status)),
-        ),
-        Some(status) if status >= 400 && !sent.json_body => {
-            fail(broke("not_json").arg("who", label))
-        }
-        Some(_) => Ok(()),
-        None => fail(broke("no_answer").arg("who", label)),
+        );
     }
+    if request.refused
+        && let Some(row) = made
+    {
+        return fail(
+            broke("malformed_stored")
+                .arg("who", label)
+                .arg("status", i64::from(status))
+                .arg("id", row.id),
+        );
+    }
+    let refusal = (400..500).contains(&status);
+    if request.refused && !refusal {
+        return fail(
+            broke("accepted_malformed")
+                .arg("who", label)
+                .arg("status", i64::from(status)),
+        );
+    }
+    if refusal && !sent.json_body {
+        return fail(broke("not_json").arg("who", label));
+    }
+    Ok(())
 }
 
 async fn hostile(a: &mut ReportApi) -> Judged {
-    let task = a.task(10);
+    let first_task = a.task(30);
     let mut rng = ChaCha8Rng::seed_from_u64(a.rig.seed ^ 0x686f_7374);
-    let sample = hostile_sample(task, &mut rng);
+    let sample = hostile_sample(first_task, &mut rng);
     a.step(Msg::new("step.hostile").arg("count", sample.len()));
-    let mut first_broken = None;
-    for (label, body, key) in sample {
-        let call = a.call(label, Via::Direct, key.as_deref(), body);
-        let sent = send(&a.rig.http, call).await;
-        if let Err(stop) = judge_hostile(&sent) {
-            a.rig.record(Line::Call(sent));
-            first_broken.get_or_insert(stop);
-        }
+    // Reports made from now on are the sample's (task 0 and -1 are shared with a target's
+    // other runs: only the newer rows count).
+    let mark: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM reports")
+        .fetch_one(&a.pool)
+        .await?;
+    let mut answers = Vec::new();
+    for request in &sample {
+        let call = a.call(
+            request.label,
+            Via::Direct,
+            request.key.as_deref(),
+            request.body.clone(),
+        );
+        answers.push(send(&a.rig.http, call).await);
     }
+    let tasks: Vec<i64> = sample.iter().filter_map(|r| r.task).collect();
+    let made: Vec<ReportRow> = read_rows_since(&a.pool, &tasks, mark).await?;
     // Still standing after all that.
     let health = a
         .rig
@@ -834,6 +996,21 @@ async fn hostile(a: &mut ReportApi) -> Judged {
         .timeout(PATIENT)
         .send()
         .await;
+    // Every request that broke the rule is shown; the first names the verdict.
+    let mut first_broken = None;
+    for (request, sent) in sample.iter().zip(answers) {
+        let row = made.iter().find(|row| Some(row.task_id) == request.task);
+        if let Err(stop) = judge_hostile(request, &sent, row) {
+            a.rig.record(Line::Call(sent));
+            if let Some(row) = row {
+                a.rig.record(Line::Rows {
+                    task_id: row.task_id,
+                    rows: vec![row.clone()],
+                });
+            }
+            first_broken.get_or_insert(stop);
+        }
+    }
     if let Some(stop) = first_broken {
         return Err(stop);
     }
@@ -843,139 +1020,30 @@ async fn hostile(a: &mut ReportApi) -> Judged {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::judgement::{Stop, verdict_of};
-    use crate::verdict::Verdict;
-
-    fn sent(who: &str, status: Option<u16>, report_id: Option<i64>, replayed: bool) -> Sent {
-        Sent {
-            who: who.into(),
-            path: "/reports".into(),
-            key: Some("k".into()),
-            body: "{}".into(),
-            status,
-            answer: String::new(),
-            no_answer: status.is_none().then_some("call.timed_out"),
-            waited_ms: 10_000,
-            json_body: status.is_some(),
-            report_id,
-            replayed: Some(replayed),
-            charge_id: None,
-            replayed_header: false,
-            retry_after: None,
-            outcome: Outcome::Ok,
-        }
-    }
-
-    fn row(id: i64) -> ReportRow {
-        ReportRow {
+/// The reports of `tasks` with an id above `mark`, oldest first.
+async fn read_rows_since(
+    pool: &PgPool,
+    tasks: &[i64],
+    mark: i64,
+) -> Result<Vec<ReportRow>, ExerciseError> {
+    let rows: Vec<(i64, i64, String, Option<String>)> = sqlx::query_as(
+        "SELECT id, task_id, report_type, idempotency_key FROM reports
+          WHERE task_id = ANY($1) AND id > $2 ORDER BY id",
+    )
+    .bind(tasks)
+    .bind(mark)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, task_id, report_type, idempotency_key)| ReportRow {
             id,
-            task_id: 7,
-            report_type: "monthly".into(),
-            idempotency_key: Some("k".into()),
-        }
-    }
-
-    fn key_of(judged: Judged) -> Option<String> {
-        match verdict_of(judged).unwrap() {
-            Verdict::Pass => None,
-            other => Some(other.reason().unwrap().key.clone()),
-        }
-    }
-
-    #[test]
-    fn a_race_that_held_is_one_report_one_201_and_a_replay() {
-        let calls = [
-            sent("client.1", Some(201), Some(1), false),
-            sent("client.2", Some(200), Some(1), true),
-        ];
-        assert_eq!(key_of(judge_race(&calls, &[row(1)], 7)), None);
-    }
-
-    #[test]
-    fn a_race_names_how_it_broke() {
-        let both = [
-            sent("client.1", Some(201), Some(1), false),
-            sent("client.2", Some(201), Some(2), false),
-        ];
-        assert_eq!(
-            key_of(judge_race(&both, &[row(1), row(2)], 7)).as_deref(),
-            Some("broke.race_reports")
-        );
-        let loser = [
-            sent("client.1", Some(201), Some(1), false),
-            sent("client.2", Some(500), None, false),
-        ];
-        assert_eq!(
-            key_of(judge_race(&loser, &[row(1)], 7)).as_deref(),
-            Some("broke.race_loser")
-        );
-        let two_created = [
-            sent("client.1", Some(201), Some(1), false),
-            sent("client.2", Some(201), Some(1), false),
-        ];
-        assert_eq!(
-            key_of(judge_race(&two_created, &[row(1)], 7)).as_deref(),
-            Some("broke.created")
-        );
-        let none = [
-            sent("client.1", Some(409), None, false),
-            sent("client.2", Some(409), None, false),
-        ];
-        assert_eq!(
-            key_of(judge_race(&none, &[], 7)).as_deref(),
-            Some("broke.reports")
-        );
-        let wrong_id = [
-            sent("client.1", Some(201), Some(1), false),
-            sent("client.2", Some(200), Some(9), true),
-        ];
-        assert_eq!(
-            key_of(judge_race(&wrong_id, &[row(1)], 7)).as_deref(),
-            Some("broke.other_id")
-        );
-    }
-
-    #[test]
-    fn a_replay_must_say_so_and_name_the_stored_report() {
-        assert!(replays(&sent("client", Some(200), Some(1), true), &row(1)).is_ok());
-        let Err(Stop::Verdict(Verdict::Fail(msg))) =
-            replays(&sent("client", Some(200), Some(1), false), &row(1))
-        else {
-            panic!("a replay without `replayed` passed")
-        };
-        assert_eq!(msg.key, "broke.not_replayed");
-        let Err(Stop::Verdict(Verdict::Fail(msg))) =
-            replays(&sent("client", None, None, false), &row(1))
-        else {
-            panic!("no answer passed")
-        };
-        assert_eq!(msg.key, "broke.status");
-        assert_eq!(
-            msg.args[2].1,
-            lab_core::Arg::Msg(Msg::new("call.no_answer")),
-            "no answer is said in words"
-        );
-    }
-
-    #[test]
-    fn a_hostile_request_may_be_refused_with_json_never_a_5xx() {
-        let mut refused = sent("null", Some(422), None, false);
-        assert!(judge_hostile(&refused).is_ok());
-        refused.json_body = false;
-        assert_eq!(
-            key_of(judge_hostile(&refused)).as_deref(),
-            Some("broke.not_json")
-        );
-        assert_eq!(
-            key_of(judge_hostile(&sent("null", Some(500), None, false))).as_deref(),
-            Some("broke.server_error")
-        );
-        assert_eq!(
-            key_of(judge_hostile(&sent("null", None, None, false))).as_deref(),
-            Some("broke.no_answer")
-        );
-    }
+            task_id,
+            report_type,
+            idempotency_key,
+        })
+        .collect())
 }
+
+#[cfg(test)]
+mod tests;
