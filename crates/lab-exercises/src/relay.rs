@@ -34,30 +34,28 @@
 //! behind the client's back would still be busy with `backoff`'s payments when `deadline`'s own
 //! came due.
 //!
-//! The layout: this file has the world, the checks and their judgements (the texts they name
-//! are the exercise's); [`recorder`] is the stand-in in front of the payment service, and
-//! [`backoff`] the reading of the pauses, with the simulation that measures its error rates.
+//! The layout: this file has the checks and their judgements (every text they name is the
+//! exercise's); [`world`] the chain around the relay and the lab's client's calls into it;
+//! [`recorder`] the stand-in in front of the payment service; [`backoff`] the reading of the
+//! pauses, with the simulation that measures its error rates.
 
 mod backoff;
 mod recorder;
+mod world;
 
 use std::time::{Duration, Instant};
 
 use lab_core::Msg;
-use lab_services::spec::ServiceEnv;
-use lab_services::{payments, provider};
 use tokio::task::JoinHandle;
 
-use crate::call::Call;
 use crate::error::ExerciseError;
-use crate::exercise::{Check, CheckOptions, Checked, Checks, Exercise, Setup, Subject};
-use crate::guest::NotReady;
+use crate::exercise::{Check, Checks, Exercise};
 use crate::judgement::{Judged, broke, fail, undecided, unknown};
-use crate::lab_side::{LabProvider, Reached, STAGING_LIMIT, send_held};
+use crate::lab_side::{Reached, STAGING_LIMIT};
 use crate::payment::{Intent, charged, must_be_charged};
-use crate::rig::{Program, Rig, World, run_checks};
 use crate::verdict::{ChargeRow, Line, Sent};
 use recorder::{Attempt, Canned, HoldEnd, Mode, Recorder};
+use world::{Paid, Relay, pay_relay};
 
 pub static EXERCISE: Exercise = Exercise {
     name: "relay",
@@ -66,7 +64,7 @@ pub static EXERCISE: Exercise = Exercise {
     langs: &["python", "rust"],
     rust_uses_idem: false,
     checks: &CHECKS,
-    open: |setup| Box::pin(open(setup)),
+    open: |setup| Box::pin(world::open(setup)),
 };
 
 static CHECKS: Checks<Relay> = Checks(&[
@@ -105,6 +103,9 @@ const WATCH_SLACK: Duration = Duration::from_secs(2);
 /// sent after that answer. Less than that may be an attempt the relay gave up on just before it
 /// answered, still on its way (both travel through the lab's proxies on one loaded machine).
 const AFTER_ANSWER_MARGIN: Duration = Duration::from_millis(50);
+/// How long after a relay's answer the lab waits to see it hang up on the attempt it gave up
+/// on (the recorder reads the closed connection a moment after the relay closed it).
+const HANG_UP_SEEN: Duration = Duration::from_secs(1);
 /// `backoff`'s payments: at most 4 at once, each started at least 50 ms after the one before.
 /// The pauses are measured at the recorder, so they carry the relay's own queueing too: a burst
 /// of payments at once would lengthen the first pauses most (all first attempts come together)
@@ -114,230 +115,6 @@ const BACKOFF_SPACING: Duration = Duration::from_millis(50);
 /// The fewest and most attempts a bounded relay makes.
 const FEWEST_ATTEMPTS: usize = 3;
 const MOST_ATTEMPTS: usize = 10;
-
-/// What the relay checks work with.
-pub struct Relay {
-    rig: Rig,
-    provider: LabProvider,
-    /// Where the relay's calls go, through the down proxy.
-    recorder: Recorder,
-    /// The lab's client → the relay.
-    inbound: faultproxy::Proxy,
-    /// The relay → the recorder.
-    down: faultproxy::Proxy,
-    /// The one deadline the manifest promises.
-    deadline: Duration,
-}
-
-async fn open(setup: Setup<'_>) -> Result<Checked, ExerciseError> {
-    let Setup {
-        subject,
-        servers,
-        options,
-        on_report,
-    } = setup;
-    let Subject::Program { dir, manifest } = subject else {
-        return Err(ExerciseError::TargetNotApplicable {
-            exercise: "relay",
-            why: "between its own client and its own payment service, behind the fault proxy",
-        });
-    };
-    let redis_url = servers
-        .redis
-        .as_ref()
-        .ok_or(ExerciseError::ServerMissing("Redis"))?
-        .url
-        .clone();
-    let space = lab_infra::RunSpace::create(servers, &[]).await?;
-    let result = async {
-        match Relay::open(&space, &redis_url, Program { dir, manifest }, options).await? {
-            Ok(world) => Ok(Checked::Reports(
-                run_checks(&CHECKS, world, options, on_report).await?,
-            )),
-            Err(not_ready) => Ok(Checked::NotReady(not_ready)),
-        }
-    }
-    .await;
-    space.release(servers, false).await?;
-    result
-}
-
-impl Relay {
-    /// Starts the chain around the learner's relay (built first): the provider, the lab's
-    /// payment service on Redis under the run's prefix, the recorder in front of it, the two
-    /// proxies, the relay.
-    async fn open(
-        space: &lab_infra::RunSpace,
-        redis_url: &str,
-        program: Program,
-        options: &CheckOptions,
-    ) -> Result<Result<Relay, NotReady>, ExerciseError> {
-        let deadline =
-            Duration::from_millis(program.manifest.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS));
-        let mut rig = Rig::new(&space.run_id, options, Some(program));
-        rig.build().await?;
-        let provider_env = ServiceEnv::default().with_checkpoints(rig.checkpoints.clone());
-        let provider = LabProvider::at(rig.launch(&provider::SPEC, provider_env)?);
-        let env = ServiceEnv::default()
-            .with_redis(redis_url)
-            .with_key_prefix(&space.prefix)
-            .with_peer(provider::NAME, provider.url().to_string())
-            .with_checkpoints(rig.checkpoints.clone());
-        let payments = rig.launch(&payments::SPEC, env)?;
-        let recorder = Recorder::start(&payments).await?;
-        let down = rig.proxy("payments", recorder.address()).await?;
-        let env = crate::guest_env::GuestEnv {
-            payments_url: Some(format!("http://{}", down.listen_addr())),
-            ..rig.env()
-        };
-        if let Err(not_ready) = rig.start_service(env).await? {
-            rig.close().await;
-            return Ok(Err(not_ready));
-        }
-        let port = rig.guest.as_ref().map_or(0, |g| g.port);
-        let inbound = rig
-            .proxy(&format!("in-{port}"), &format!("127.0.0.1:{port}"))
-            .await?;
-        Ok(Ok(Relay {
-            rig,
-            provider,
-            recorder,
-            inbound,
-            down,
-            deadline,
-        }))
-    }
-
-    fn step(&mut self, msg: Msg) {
-        self.rig.step(msg);
-    }
-
-    fn through_proxy(&self) -> String {
-        format!("http://{}{ROUTE}", self.inbound.listen_addr())
-    }
-
-    fn call(&self, intent: &Intent, key: &str, patience: Duration) -> Call {
-        intent.call(&self.through_proxy(), "client", key, patience)
-    }
-
-    /// Pays `intent` with `key` through the inbound proxy, and records the exchange.
-    async fn pay(&mut self, intent: &Intent, key: &str) -> Paid {
-        self.pay_within(intent, key, PATIENT).await
-    }
-
-    async fn pay_within(&mut self, intent: &Intent, key: &str, patience: Duration) -> Paid {
-        let paid = pay_relay(&self.rig.http, self.call(intent, key, patience)).await;
-        self.rig.record(Line::Call(paid.sent.clone()));
-        paid
-    }
-
-    async fn charges(&mut self, intent: &Intent) -> Result<Vec<ChargeRow>, ExerciseError> {
-        let (charges, line) = self.provider.charges(&intent.order).await?;
-        self.rig.record(line);
-        Ok(charges)
-    }
-
-    /// The attempts of `intent`'s payment, told as a step (times from `from`).
-    fn attempts(&mut self, intent: &Intent, from: Instant) -> Vec<Attempt> {
-        let attempts = self.recorder.attempts(&intent.order);
-        self.step(told_attempts(&attempts, from));
-        attempts
-    }
-
-    /// A payment held in the lab's payment service (its key reserved, the provider not called
-    /// yet), sent through the inbound proxy.
-    async fn pay_held(&mut self, intent: &Intent, key: &str) -> Reached {
-        let call = intent.call(&self.through_proxy(), "client", key, PATIENT);
-        let reached = send_held(
-            &self.rig.http,
-            &self.rig.checkpoints,
-            payments::IN_ACTION,
-            call,
-        )
-        .await;
-        if let Reached::Answered(sent) = &reached {
-            self.rig.record(Line::Call(sent.clone()));
-        }
-        reached
-    }
-
-    async fn let_go(
-        &mut self,
-        hold: lab_core::checkpoint::Hold,
-        call: JoinHandle<Sent>,
-    ) -> Option<Sent> {
-        hold.release();
-        let sent = call.await.ok()?;
-        self.rig.record(Line::Call(sent.clone()));
-        Some(sent)
-    }
-}
-
-impl World for Relay {
-    fn rig(&mut self) -> &mut Rig {
-        &mut self.rig
-    }
-
-    async fn after(&mut self) {
-        self.down.disarm_all_faults();
-        self.inbound.disarm_all_faults();
-        self.recorder.let_go();
-    }
-
-    async fn close(self) {
-        drop(self.recorder);
-        self.rig.close().await;
-    }
-}
-
-/// One call into the relay as the lab's client made it: its record, the whole body of its
-/// answer, and when the answer had come (an upper bound of when the relay sent it).
-struct Paid {
-    sent: Sent,
-    body: Option<String>,
-    at: Instant,
-}
-
-/// Sends `call` to the relay. The same as [`crate::call::send`], keeping what the relay checks
-/// judge and a [`Sent`] cuts: the whole body, and the moment the answer came.
-async fn pay_relay(http: &reqwest::Client, call: Call) -> Paid {
-    let mut request = http
-        .post(&call.url)
-        .timeout(call.timeout)
-        .header("content-type", call.content_type)
-        .body(call.body.clone());
-    if let Some(key) = &call.key {
-        request = request.header("idempotency-key", key.as_str());
-    }
-    let answer = lab_services::client::call(request).await;
-    let at = Instant::now();
-    let body = answer.body.clone().unwrap_or_default();
-    let parsed: Option<serde_json::Value> = serde_json::from_str(&body).ok();
-    let sent = Sent {
-        who: call.who,
-        path: ROUTE.to_string(),
-        key: call.key,
-        body: crate::call::cut(&call.body),
-        status: answer.status,
-        answer: crate::call::cut(&body),
-        no_answer: answer.detail,
-        waited_ms: u64::try_from(call.timeout.as_millis()).unwrap_or(u64::MAX),
-        json_body: parsed.is_some(),
-        report_id: None,
-        replayed: None,
-        charge_id: parsed
-            .as_ref()
-            .and_then(|v| Some(v.get("charge_id")?.as_str()?.to_string())),
-        replayed_header: answer.replayed,
-        retry_after: answer.retry_after,
-        outcome: answer.outcome,
-    };
-    Paid {
-        sent,
-        body: answer.body,
-        at,
-    }
-}
 
 /// The step that tells a payment's attempts: how many, and when (milliseconds from `from`).
 fn told_attempts(attempts: &[Attempt], from: Instant) -> Msg {
@@ -406,7 +183,7 @@ fn passed_up(paid: &Paid, attempts: &[Attempt]) -> Judged {
     let answer = &paid.sent;
     reached(attempts, answer)?;
     let Some(reply) = attempts.iter().rev().find_map(|a| a.reply.as_ref()) else {
-        return Ok(());
+        return unknown(undecided("never_refused"));
     };
     let status = i64::from(reply.status);
     if answer.status != Some(reply.status) {
@@ -682,6 +459,12 @@ async fn timeout_retried(w: &mut Relay) -> Judged {
         paid = &mut paying => Some(paid),
         _ = w.recorder.wait_for(patience(w.deadline), |r| r.hold_end(&order).is_some()) => None,
     };
+    // A relay that answers because it gave up on its attempt has closed that connection just
+    // before: the recorder sees it a moment later.
+    if paid.is_some() {
+        let ended = |r: &Recorder| r.hold_end(&order).is_some();
+        w.recorder.wait_for(HANG_UP_SEEN, ended).await;
+    }
     let end = w.recorder.hold_end(&intent.order);
     if let Some(end) = end {
         let first = w.recorder.attempts(&intent.order)[0].at;
@@ -703,6 +486,14 @@ async fn timeout_retried(w: &mut Relay) -> Judged {
         .into());
     };
     w.rig.record(Line::Call(paid.sent.clone()));
+    // The first attempt, given up on, went on to the payment service: its charge is made (or
+    // refused) before the lab counts the charges.
+    if end.is_some() {
+        let passed = |r: &Recorder| r.first_passed(&order).is_some();
+        if !w.recorder.wait_for(STAGING_LIMIT, passed).await {
+            return unknown(undecided("first_not_passed"));
+        }
+    }
     let attempts = w.attempts(&intent, started);
     let charges = w.charges(&intent).await?;
     keys_sent(&attempts, "pay-9")?;
@@ -795,6 +586,7 @@ async fn deadline(w: &mut Relay) -> Judged {
                 .arg("deadline", promised),
         );
     }
+    reached(&w.recorder.attempts(&intent.order), &paid.sent)?;
     gave_up_well(&paid)?;
     let until = watched_until(&w.recorder.attempts(&intent.order), paid.at, promised);
     tokio::time::sleep_until(until.into()).await;
@@ -815,8 +607,8 @@ struct Refused {
     paid: Paid,
 }
 
-/// Pays `backoff`'s payment number `n` (from 0) with its own key, in a task of its own.
-fn pay_refused(w: &Relay, n: usize) -> JoinHandle<Refused> {
+/// `backoff`'s payment number `n` (from 0), with its own key, staged and ready to send.
+fn pay_refused(w: &Relay, n: usize) -> impl Future<Output = Refused> + use<> {
     let number = 100 + u32::try_from(n).unwrap_or(0);
     let intent = Intent::new(number);
     let key = format!("pay-{number}");
@@ -826,7 +618,7 @@ fn pay_refused(w: &Relay, n: usize) -> JoinHandle<Refused> {
     let patience = patience(w.deadline) * BACKOFF_IN_FLIGHT as u32;
     let call = w.call(&intent, &key, patience);
     let http = w.rig.http.clone();
-    tokio::spawn(async move {
+    async move {
         let started = Instant::now();
         let paid = pay_relay(&http, call).await;
         Refused {
@@ -835,7 +627,7 @@ fn pay_refused(w: &Relay, n: usize) -> JoinHandle<Refused> {
             started,
             paid,
         }
-    })
+    }
 }
 
 /// Tells one payment of `backoff` (its call and its attempts), for a verdict about it.
@@ -897,8 +689,7 @@ async fn backoff(w: &mut Relay) -> Judged {
             .arg("first", backoff::FIRST_LOOK)
             .arg("most", backoff::MOST_PAYMENTS),
     );
-    let mut flying: tokio::task::JoinSet<Result<Refused, tokio::task::JoinError>> =
-        tokio::task::JoinSet::new();
+    let mut flying: tokio::task::JoinSet<Refused> = tokio::task::JoinSet::new();
     let (mut sent, mut last_sent) = (0, None::<Instant>);
     let mut payments: Vec<Refused> = Vec::new();
     let mut sequences = Vec::new();
@@ -909,15 +700,14 @@ async fn backoff(w: &mut Relay) -> Judged {
             if let Some(last) = last_sent {
                 tokio::time::sleep_until((last + BACKOFF_SPACING).into()).await;
             }
-            let paying = pay_refused(w, sent);
-            flying.spawn(paying);
+            flying.spawn(pay_refused(w, sent));
             (sent, last_sent) = (sent + 1, Some(Instant::now()));
             continue;
         }
         let Some(done) = flying.join_next().await else {
             break;
         };
-        let Ok(Ok(payment)) = done else {
+        let Ok(payment) = done else {
             return Err(ExerciseError::Service {
                 service: "the lab's client",
                 reason: "a payment into the relay panicked".into(),
@@ -1109,6 +899,11 @@ mod tests {
         assert_eq!(
             key_of(passed_up(&gateway, &[])).as_deref(),
             Some("broke.never_reached")
+        );
+        // Every attempt closed before the refusal could be given: nothing was passed up.
+        assert_eq!(
+            key_of(passed_up(&gateway, &[attempt("pay-6", now, None)])).as_deref(),
+            Some("unknown.never_refused")
         );
     }
 

@@ -280,6 +280,17 @@ impl Recorder {
             .and_then(|k| *k.end.borrow())
     }
 
+    /// What the payment service answered the kept first attempt of `order`, once the recorder
+    /// passed it on.
+    pub(super) fn first_passed(&self, order: &str) -> Option<Reply> {
+        self.desk
+            .book
+            .lock()
+            .kept
+            .get(order)
+            .and_then(|k| k.passed.borrow().clone())
+    }
+
     /// Waits until `done` says yes of the recorder's state, at most `limit`; whether it did.
     pub(super) async fn wait_for(&self, limit: Duration, done: impl Fn(&Recorder) -> bool) -> bool {
         let mut changed = self.desk.changed.subscribe();
