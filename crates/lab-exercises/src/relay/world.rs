@@ -34,6 +34,8 @@ pub struct Relay {
     pub(super) deadline: Duration,
 }
 
+/// The exercise's `open`: the relay's world on the caller's servers (its own key prefix on
+/// Redis, released on every way out), the selected checks run in it.
 pub(super) async fn open(setup: Setup<'_>) -> Result<Checked, ExerciseError> {
     let Setup {
         subject,
