@@ -9,31 +9,36 @@
 //! payments, and more while the numbers are not decisive: it reads at [`FIRST_LOOK`] payments,
 //! then every [`LOOK_EVERY`], up to [`MOST_PAYMENTS`]; still undecided then, it says unknown.
 //!
-//! **Growth** compares the first pause with the later ones, two ways, each with its own bound
-//! on error:
+//! **Growth** compares the first pause with the later ones:
 //!
-//! - *it grows* when the later pauses reach clearly above the first one's range: more of them
-//!   lie above [`ABOVE`] times the first pause's top (its [`top_rank`]-th largest value, so a
-//!   few delayed measurements do not stand for it) than pauses drawn all alike would put there,
-//!   with probability under [`GROWS_ALPHA`]. For pauses drawn alike that count is
-//!   negative-hypergeometric ([`above_tail`]), exactly, whatever their distribution; a ceiling
-//!   that grows puts a steady share of the later pauses above the first one's top, whatever
-//!   the jitter;
+//! - *it grows* when the later pauses lie clearly above the first ones, by either of two tests,
+//!   each at half the error. The rank-sum test (Mann-Whitney) of the later pauses, shortened by
+//!   [`ABOVE`], against the first ones: above [`GROWS_Z`] standard errors (a whole range that
+//!   moved up: equal and decorrelated jitter). Or the count of later pauses above [`ABOVE`]
+//!   times the first pause's top (its [`top_rank`]-th largest value, so a few delayed
+//!   measurements do not stand for it): less likely than [`GROWS_ALPHA`] for pauses drawn all
+//!   alike, whose count is negative-hypergeometric ([`above_tail`]) whatever their
+//!   distribution (a range that reaches further: full jitter, whose ceiling is the one thing
+//!   about it that doubles for sure). Shortening the later pauses by a tenth keeps drift of a
+//!   few milliseconds from ever looking like growth;
 //! - *it does not grow* when the second pause falls clearly short of [`FLAT_GROWTH`] times the
-//!   first: the paired differences `second − 1.5 · first` lean below zero by more than
-//!   [`FLAT_Z`] of their own scale (a sign-flip test; doubling pauses lean the other way). Only
-//!   the first two pauses are compared here: later ones may be capped, or cut short by the
-//!   deadline, in a correct relay.
+//!   first (the paired differences `second − 1.5 · first` lean below zero by more than
+//!   [`FLAT_Z`] of their own scale: a sign-flip test) and the later pauses do not even lean
+//!   above the first ones (rank-sum under [`FLAT_ABOVE_Z`]): a small pause drowned in delays
+//!   can fall short of 1.5 times and still show that it grows, and then it gets more payments,
+//!   not a fail. Only the first two pauses are paired: later ones may be capped, or cut short
+//!   by the deadline, in a correct relay.
 //!
 //! **Jitter**: the pause that is longest on the whole (of those every payment has) differs from
-//! payment to payment: its interquartile range is at least [`JITTER_CLEAR`] of its median
-//! (equal jitter has a third, full jitter all of it); at most [`JITTER_NONE`] of it is no
-//! jitter (what the network and a loaded machine add to fixed pauses is a few milliseconds, and
-//! a quartile is not moved by one delayed measurement); in between, more payments.
+//! payment to payment: its interquartile range is at least [`JITTER_CLEAR`] of its median and
+//! [`JITTER_FLOOR`] (equal jitter has a third, full jitter all of it); at most [`JITTER_NONE`]
+//! of it, over [`STEADY_FROM`] payments or more, is no jitter (what the network and a loaded
+//! machine add to fixed pauses is a few milliseconds, and a quartile is not moved by one
+//! delayed measurement); in between, more payments.
 //!
 //! The pauses are measured at the recorder, so each carries the relay's and the network's own
-//! delays (5 to 40 ms on a loaded machine): pauses that start below about 50 ms cannot show
-//! their growth, and the lab says unknown rather than guess.
+//! delays: pauses that start well below 100 ms barely show their growth, and the lab reads more
+//! payments, or says unknown, rather than guess.
 //!
 //! What this costs, by simulation (`tests::print_the_simulated_rates`, 4,000 checks of each
 //! policy, a 3 s deadline; `simulated_policies_are_judged_as_their_kind` holds 1,000 of them to
@@ -97,11 +102,12 @@ pub(super) const GROWS_Z: f64 = 3.29;
 /// … or how unlikely, without growth, the count of later pauses above the first one's top.
 pub(super) const GROWS_ALPHA: f64 = 0.0005;
 
-/// The first pause's top is its `top_rank`-th largest value: one more for every 12 payments,
+/// The first pause's top is its `top_rank`-th largest value: one more for every 16 payments,
 /// so a few delayed measurements never stand for it.
 pub(super) fn top_rank(payments: usize) -> usize {
     2 + payments / 16
 }
+
 /// Pauses that grow make the second at least this many times the first, on the whole
 /// (doubling ceilings give 2; decorrelated jitter about 1.75).
 pub(super) const FLAT_GROWTH: f64 = 1.5;
