@@ -1,45 +1,61 @@
 //! Exercise `relay` (the payments lesson, the chain): the learner's orders service, the hop in
 //! the middle of a chain. It takes the client's payment on `POST /orders/pay` and calls the
 //! lab's payment service with bounded retries. The lab owns both ends: its client calls the
-//! relay through the fault proxy, the relay's calls reach the lab's payment service through
-//! another, and the provider behind it counts the charges.
+//! relay through a fault proxy; the relay's calls go through another to the lab's recorder,
+//! which notes each attempt (its payment, its key, when it came, what it was answered) and
+//! passes it on to the lab's payment service, or answers in its place where a check stages a
+//! payment service that refuses, fails or keeps silent; the provider behind counts the charges.
 //!
 //! ```text
-//!   the lab's client ──► fault proxy ──► the learner's relay ──► fault proxy ──► the lab's payment
-//!                                                                               service ──► provider
+//!   the lab's client ──► fault proxy ──► the learner's relay ──► fault proxy ──► the lab's recorder
+//!                                                                                        │
+//!                                          provider ◄── the lab's payment service ◄──────┘
 //! ```
 //!
-//! | check                | the schedule                                                              | the invariant                                   |
-//! |----------------------|---------------------------------------------------------------------------|-------------------------------------------------|
-//! | `pass-through`       | one payment, then the same again                                          | one charge; the Charge, then `Idempotent-Replayed: true` passed up |
-//! | `key-unchanged`      | the payment service's answer lost on the way back to the relay            | the relay retries with the client's key: one charge, its provider key made of that key |
-//! | `lost-both`          | the lesson's two cut connections: below the relay, then above it; the client retries | 2 calls in, 3 calls down, 1 charge, the replay passed up |
-//! | `conflict-passed-up` | a duplicate while the first payment is held in the payment service        | 409 with `Retry-After` passed up, not retried   |
-//! | `reuse-passed-up`    | the same key with another amount                                          | 422 passed up, not retried                      |
-//! | `backoff`            | a payment service that answers 503 to everything, three payments          | at least 3 attempts, at most 10, pauses that grow, with jitter; a 5xx with JSON; nothing after it |
-//! | `deadline`           | a payment service that never answers                                      | the relay answers within the deadline its manifest declares; nothing after it |
+//! | check                    | the schedule                                                     | the invariant                                   |
+//! |--------------------------|------------------------------------------------------------------|-------------------------------------------------|
+//! | `pass-through`           | one payment, then the same again                                 | the client's key on every attempt; one charge; the Charge, then `Idempotent-Replayed: true` passed up |
+//! | `key-unchanged`          | the payment service's answer lost on the way back to the relay   | a retry with the client's key: one charge, the Charge passed up |
+//! | `lost-both`              | the lesson's two cut connections: below the relay, then above it; the client retries | 3 attempts down, 1 charge, the replay passed up |
+//! | `conflict-passed-up`     | the payment service answers 409 `payment_in_progress` with `Retry-After` to every attempt | the 409 passed up whole (status, body, `Retry-After`), sent down once |
+//! | `reuse-passed-up`        | … 422 `idempotency_key_reused` to every attempt                  | the 422 passed up whole, sent down once          |
+//! | `bad-request-passed-up`  | … 400 `invalid_payment` to every attempt                         | the 400 passed up whole, sent down once          |
+//! | `gateway-errors-retried` | … 502 to the first attempt, 504 to the second, then charges      | both retried with the client's key: the Charge, one charge |
+//! | `timeout-retried`        | the first attempt kept unanswered until the relay gives up on it (hangs up, or sends another), then charged | a retry with the client's key: the Charge (replayed), one charge; unknown if the relay never gives up |
+//! | `deadline`               | a payment service that never answers                             | the relay answers within its manifest's `deadline_ms`, 502/503/504 with a JSON `error`; nothing after it |
+//! | `backoff`                | a payment service that answers 503 to everything; payments 4 at a time, 12 to 72 of them, until the pauses decide | 3 to 10 attempts each, 502/503/504 with a JSON `error`, pauses that grow, with jitter (read as [`backoff`] says); nothing after the answer |
 //!
-//! `backoff` and `deadline` restart the relay with `PAYMENTS_URL` pointing at the lab's
-//! recorder (a service that answers 503, or never, and notes when each attempt came): they come
-//! last.
+//! Every attempt is counted for its own payment (the recorder knows it by its `order_id`), and
+//! every check that sees attempts judges the keys they carried as the relay sent them. "Nothing
+//! after the answer" is judged by time: an attempt that reaches the recorder more than
+//! [`AFTER_ANSWER_MARGIN`] after the client had the relay's answer came after it; the lab
+//! watches each payment until its deadline has passed since its first attempt, and at least
+//! [`WATCH_SLACK`] after its answer. `deadline` comes before `backoff`: a relay that resends
+//! behind the client's back would still be busy with `backoff`'s payments when `deadline`'s own
+//! came due.
+//!
+//! The layout: this file has the checks and their judgements (every text they name is the
+//! exercise's); [`world`] the chain around the relay and the lab's client's calls into it;
+//! [`recorder`] the stand-in in front of the payment service; [`backoff`] the reading of the
+//! pauses, with the simulation that measures its error rates.
 
-use std::sync::Arc;
+mod backoff;
+mod recorder;
+mod world;
+
 use std::time::{Duration, Instant};
 
 use lab_core::Msg;
-use lab_services::spec::ServiceEnv;
-use lab_services::{payments, provider};
-use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
 use crate::error::ExerciseError;
-use crate::exercise::{Check, CheckOptions, Checked, Checks, Exercise, Setup, Subject};
-use crate::guest::NotReady;
+use crate::exercise::{Check, Checks, Exercise};
 use crate::judgement::{Judged, broke, fail, undecided, unknown};
-use crate::lab_side::{LabProvider, Reached, STAGING_LIMIT, send_held};
-use crate::payment::{AMOUNT, Intent, charged, keys_of, must_be_charged};
-use crate::rig::{Program, Rig, World, run_checks};
+use crate::lab_side::{Reached, STAGING_LIMIT};
+use crate::payment::{Intent, charged, must_be_charged};
 use crate::verdict::{ChargeRow, Line, Sent};
+use recorder::{Attempt, Canned, HoldEnd, Mode, Recorder};
+use world::{Paid, Relay, pay_relay};
 
 pub static EXERCISE: Exercise = Exercise {
     name: "relay",
@@ -48,7 +64,7 @@ pub static EXERCISE: Exercise = Exercise {
     langs: &["python", "rust"],
     rust_uses_idem: false,
     checks: &CHECKS,
-    open: |setup| Box::pin(open(setup)),
+    open: |setup| Box::pin(world::open(setup)),
 };
 
 static CHECKS: Checks<Relay> = Checks(&[
@@ -57,12 +73,16 @@ static CHECKS: Checks<Relay> = Checks(&[
     Check::new("lost-both", |w| Box::pin(lost_both(w))).starter_fails(),
     Check::new("conflict-passed-up", |w| Box::pin(conflict_passed_up(w))).starter_fails(),
     Check::new("reuse-passed-up", |w| Box::pin(reuse_passed_up(w))),
-    Check::new("backoff", |w| Box::pin(backoff(w)))
-        .restarts()
-        .starter_fails(),
-    Check::new("deadline", |w| Box::pin(deadline(w)))
-        .restarts()
-        .starter_fails(),
+    Check::new("bad-request-passed-up", |w| {
+        Box::pin(bad_request_passed_up(w))
+    }),
+    Check::new("gateway-errors-retried", |w| {
+        Box::pin(gateway_errors_retried(w))
+    })
+    .starter_fails(),
+    Check::new("timeout-retried", |w| Box::pin(timeout_retried(w))).starter_fails(),
+    Check::new("deadline", |w| Box::pin(deadline(w))).starter_fails(),
+    Check::new("backoff", |w| Box::pin(backoff(w))).starter_fails(),
 ]);
 
 /// The relay's route, as the lab's own orders service has it.
@@ -75,348 +95,174 @@ const DEFAULT_DEADLINE_MS: u64 = 6000;
 /// How much later than its deadline a relay's answer may come and still count (the lab's clock
 /// and a loaded machine's scheduling, not the relay's).
 const DEADLINE_SLACK: Duration = Duration::from_secs(2);
-/// How long the lab keeps watching for attempts after the relay answered.
-const AFTERWARDS: Duration = Duration::from_millis(500);
-/// Payments `backoff` sends, each one a sequence of attempts to compare.
-const BACKOFF_PAYMENTS: usize = 3;
+/// How long after the relay's answer the lab watches, at least, for attempts after it (and
+/// until the payment's deadline has passed, when that is later): a relay that resends a second
+/// after its answer, or keeps trying in the background, is caught.
+const WATCH_SLACK: Duration = Duration::from_secs(2);
+/// An attempt that reaches the recorder this long after the client had the relay's answer was
+/// sent after that answer. Less than that may be an attempt the relay gave up on just before it
+/// answered, still on its way (both travel through the lab's proxies on one loaded machine).
+const AFTER_ANSWER_MARGIN: Duration = Duration::from_millis(50);
+/// How long after a relay's answer the lab waits to see it hang up on the attempt it gave up
+/// on (the recorder reads the closed connection a moment after the relay closed it).
+const HANG_UP_SEEN: Duration = Duration::from_secs(1);
+/// `backoff`'s payments: at most 4 at once, each started at least 50 ms after the one before.
+/// The pauses are measured at the recorder, so they carry the relay's own queueing too: a burst
+/// of payments at once would lengthen the first pauses most (all first attempts come together)
+/// and hide the growth.
+const BACKOFF_IN_FLIGHT: usize = 4;
+const BACKOFF_SPACING: Duration = Duration::from_millis(50);
 /// The fewest and most attempts a bounded relay makes.
 const FEWEST_ATTEMPTS: usize = 3;
 const MOST_ATTEMPTS: usize = 10;
-/// Pauses that grow: the pause before the last attempt, on average over the payments, at least
-/// this many times the pause before the first retry. Exponential backoff with equal jitter
-/// (between half and all of `base · 2ⁿ⁻¹`) has 2 on average and never less than 1; a fixed
-/// pause has 1.
-const GROWTH: f64 = 1.15;
-/// Jitter: the pauses before one retry, across the payments, spread over at least this much.
-const JITTER_SPREAD: Duration = Duration::from_millis(5);
 
-/// What the lab's recorder does with every attempt that reaches it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mood {
-    /// 503 `{"error": "unavailable"}` at once.
-    Refuse,
-    /// No answer, ever (until the relay gives up on it).
-    Silent,
+/// The step that tells a payment's attempts: how many, and when (milliseconds from `from`).
+fn told_attempts(attempts: &[Attempt], from: Instant) -> Msg {
+    let at: Vec<String> = attempts
+        .iter()
+        .map(|a| a.at.saturating_duration_since(from).as_millis().to_string())
+        .collect();
+    Msg::new("step.attempts")
+        .arg("count", attempts.len())
+        .arg("at", at.join(", "))
 }
 
-/// The stand-in for a payment service that is down: it notes when each attempt came.
-struct Recorder {
-    service: JoinHandle<()>,
-    url: String,
-    seen: Arc<Mutex<Vec<Instant>>>,
-    mood: Arc<Mutex<Mood>>,
-}
-
-impl Recorder {
-    async fn start() -> Result<Recorder, ExerciseError> {
-        use axum::routing::post;
-        let seen: Arc<Mutex<Vec<Instant>>> = Arc::default();
-        let mood = Arc::new(Mutex::new(Mood::Refuse));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(ExerciseError::io("127.0.0.1"))?;
-        let url = format!(
-            "http://{}",
-            listener
-                .local_addr()
-                .map_err(ExerciseError::io("127.0.0.1"))?
-        );
-        let (noted, moody) = (seen.clone(), mood.clone());
-        let app = axum::Router::new().route(
-            "/payments",
-            post(move || {
-                let (noted, moody) = (noted.clone(), moody.clone());
-                async move {
-                    noted.lock().push(Instant::now());
-                    let mood = *moody.lock();
-                    if mood == Mood::Silent {
-                        std::future::pending::<()>().await;
-                    }
-                    (
-                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                        axum::Json(serde_json::json!({"error": "unavailable"})),
-                    )
-                }
-            }),
-        );
-        let service = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(Recorder {
-            service,
-            url,
-            seen,
-            mood,
-        })
-    }
-
-    fn attempts(&self) -> Vec<Instant> {
-        self.seen.lock().clone()
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        self.service.abort();
-    }
-}
-
-/// What the relay checks work with.
-pub struct Relay {
-    rig: Rig,
-    provider: LabProvider,
-    /// The lab's payment service, below the relay (its own URL: the lab reads its counters).
-    payments: String,
-    /// The lab's client → the relay; made once the relay has a port.
-    inbound: Option<faultproxy::Proxy>,
-    /// The relay → the lab's payment service.
-    down: faultproxy::Proxy,
-    recorder: Option<Recorder>,
-    /// The one deadline the manifest promises.
-    deadline: Duration,
-}
-
-async fn open(setup: Setup<'_>) -> Result<Checked, ExerciseError> {
-    let Setup {
-        subject,
-        servers,
-        options,
-        on_report,
-    } = setup;
-    let Subject::Program { dir, manifest } = subject else {
-        return Err(ExerciseError::TargetNotApplicable {
-            exercise: "relay",
-            why: "between its own client and its own payment service, behind the fault proxy",
-        });
-    };
-    let redis_url = servers
-        .redis
-        .as_ref()
-        .ok_or(ExerciseError::ServerMissing("Redis"))?
-        .url
-        .clone();
-    let space = lab_infra::RunSpace::create(servers, &[]).await?;
-    let result = async {
-        match Relay::open(&space, &redis_url, Program { dir, manifest }, options).await? {
-            Ok(world) => Ok(Checked::Reports(
-                run_checks(&CHECKS, world, options, on_report).await?,
-            )),
-            Err(not_ready) => Ok(Checked::NotReady(not_ready)),
-        }
-    }
-    .await;
-    space.release(servers, false).await?;
-    result
-}
-
-impl Relay {
-    /// Starts the chain around the learner's relay (built first): the provider, the lab's
-    /// payment service on Redis under the run's prefix, the two proxies, the relay.
-    async fn open(
-        space: &lab_infra::RunSpace,
-        redis_url: &str,
-        program: Program,
-        options: &CheckOptions,
-    ) -> Result<Result<Relay, NotReady>, ExerciseError> {
-        let deadline =
-            Duration::from_millis(program.manifest.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS));
-        let mut rig = Rig::new(&space.run_id, options, Some(program));
-        rig.build().await?;
-        let provider_env = ServiceEnv::default().with_checkpoints(rig.checkpoints.clone());
-        let provider = LabProvider::at(rig.launch(&provider::SPEC, provider_env)?);
-        let env = ServiceEnv::default()
-            .with_redis(redis_url)
-            .with_key_prefix(&space.prefix)
-            .with_peer(provider::NAME, provider.url().to_string())
-            .with_checkpoints(rig.checkpoints.clone());
-        let payments = rig.launch(&payments::SPEC, env)?;
-        let down = rig
-            .proxy("payments", payments.trim_start_matches("http://"))
-            .await?;
-        let mut world = Relay {
-            rig,
-            provider,
-            payments,
-            inbound: None,
-            down,
-            recorder: None,
-            deadline,
-        };
-        let below = format!("http://{}", world.down.listen_addr());
-        if let Err(not_ready) = world.start_relay(&below).await? {
-            world.rig.close().await;
-            return Ok(Err(not_ready));
-        }
-        Ok(Ok(world))
-    }
-
-    fn step(&mut self, msg: Msg) {
-        self.rig.step(msg);
-    }
-
-    /// Starts (or starts again) the relay with `payments_url` as its `PAYMENTS_URL`, and the
-    /// inbound proxy in front of it.
-    async fn start_relay(
-        &mut self,
-        payments_url: &str,
-    ) -> Result<Result<(), NotReady>, ExerciseError> {
-        let env = crate::guest_env::GuestEnv {
-            payments_url: Some(payments_url.to_string()),
-            ..self.rig.env()
-        };
-        let started = self.rig.start_service(env).await?;
-        if started.is_ok() {
-            let port = self.rig.guest.as_ref().map_or(0, |g| g.port);
-            let inbound = self
-                .rig
-                .proxy(&format!("in-{port}"), &format!("127.0.0.1:{port}"))
-                .await?;
-            self.inbound = Some(inbound);
-        }
-        Ok(started)
-    }
-
-    fn inbound(&self) -> &faultproxy::Proxy {
-        self.inbound.as_ref().expect("made when the relay started")
-    }
-
-    fn through_proxy(&self) -> String {
-        format!("http://{}{ROUTE}", self.inbound().listen_addr())
-    }
-
-    /// Pays `intent` with `key` through the inbound proxy, and records the exchange.
-    async fn pay(&mut self, intent: &Intent, key: &str) -> Sent {
-        self.pay_within(intent, key, PATIENT).await
-    }
-
-    async fn pay_within(&mut self, intent: &Intent, key: &str, patience: Duration) -> Sent {
-        let call = intent.call(&self.through_proxy(), "client", key, patience);
-        self.rig.send(call).await
-    }
-
-    /// How many requests the lab's payment service has received.
-    async fn payments_requests(&self) -> Result<u64, ExerciseError> {
-        let stats: serde_json::Value = self
-            .rig
-            .http
-            .get(format!("{}/stats", self.payments))
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(ExerciseError::http("payment service's stats"))?
-            .json()
-            .await
-            .map_err(ExerciseError::http("payment service's stats"))?;
-        stats["requests"].as_u64().ok_or(ExerciseError::Service {
-            service: "payment service",
-            reason: "its stats have no `requests`".into(),
-        })
-    }
-
-    async fn charges(&mut self, intent: &Intent) -> Result<Vec<ChargeRow>, ExerciseError> {
-        let (charges, line) = self.provider.charges(&intent.order).await?;
-        self.rig.record(line);
-        Ok(charges)
-    }
-
-    /// A payment held in the lab's payment service (its key reserved, the provider not called
-    /// yet), sent through the inbound proxy.
-    async fn pay_held(&mut self, intent: &Intent, key: &str) -> Reached {
-        let call = intent.call(&self.through_proxy(), "client.A", key, PATIENT);
-        let reached = send_held(
-            &self.rig.http,
-            &self.rig.checkpoints,
-            payments::IN_ACTION,
-            call,
-        )
-        .await;
-        if let Reached::Answered(sent) = &reached {
-            self.rig.record(Line::Call(sent.clone()));
-        }
-        reached
-    }
-
-    async fn let_go(
-        &mut self,
-        hold: lab_core::checkpoint::Hold,
-        call: JoinHandle<Sent>,
-    ) -> Option<Sent> {
-        hold.release();
-        let sent = call.await.ok()?;
-        self.rig.record(Line::Call(sent.clone()));
-        Some(sent)
-    }
-
-    /// Points the relay at the recorder (restarting it the first time), in `mood`.
-    async fn at_recorder(&mut self, mood: Mood) -> Result<bool, ExerciseError> {
-        if self.recorder.is_none() {
-            let recorder = Recorder::start().await?;
-            let url = recorder.url.clone();
-            self.recorder = Some(recorder);
-            self.step(Msg::new("step.restart_at_recorder"));
-            if self.start_relay(&url).await?.is_err() {
-                return Ok(false);
-            }
-        }
-        let recorder = self.recorder.as_ref().expect("started above");
-        *recorder.mood.lock() = mood;
-        recorder.seen.lock().clear();
-        Ok(true)
-    }
-
-    /// The attempts the recorder saw, as milliseconds since `from`, as a step.
-    fn told_attempts(&mut self, from: Instant, seen: &[Instant]) {
-        let at: Vec<String> = seen
-            .iter()
-            .map(|t| format!("{}", t.saturating_duration_since(from).as_millis()))
-            .collect();
-        self.step(
-            Msg::new("step.attempts")
-                .arg("count", seen.len())
-                .arg("at", at.join(", ")),
-        );
-    }
-
-    /// The recorder the relay calls in `backoff` and `deadline`.
-    fn recorder(&self) -> &Recorder {
-        self.recorder.as_ref().expect("at the recorder")
-    }
-}
-
-impl World for Relay {
-    fn rig(&mut self) -> &mut Rig {
-        &mut self.rig
-    }
-
-    async fn after(&mut self) {
-        self.down.disarm_all_faults();
-        if let Some(inbound) = &self.inbound {
-            inbound.disarm_all_faults();
-        }
-    }
-
-    async fn close(mut self) {
-        self.recorder = None;
-        self.rig.close().await;
-    }
-}
-
-/// One charge for the intent, made with the client's key; the fail that says otherwise.
-fn one_charge_with_key(charges: &[ChargeRow], key: &str) -> Judged {
-    let minted = charges.iter().any(|c| {
-        !c.key
-            .as_deref()
-            .is_some_and(|k| k.ends_with(&format!(".{key}")))
-    });
-    if minted {
-        return fail(
+/// Every attempt carried the client's key, as the relay sent it; the fail that names the first
+/// other key.
+fn keys_sent(attempts: &[Attempt], key: &str) -> Judged {
+    match attempts.iter().find(|a| a.key.as_deref() != Some(key)) {
+        None => Ok(()),
+        Some(other) => fail(
             broke("key_changed")
                 .arg("key", key)
-                .arg("keys", keys_of(charges)),
-        );
+                .arg("sent", other.key.clone().unwrap_or_else(|| "-".into())),
+        ),
     }
+}
+
+/// At most one charge for the payment.
+fn one_charge(charges: &[ChargeRow]) -> Judged {
     if charges.len() > 1 {
         return fail(broke("charged_twice").arg("count", charges.len()));
+    }
+    Ok(())
+}
+
+/// The relay called down at all; the fail that says what it answered instead.
+fn reached(attempts: &[Attempt], answer: &Sent) -> Judged<()> {
+    if attempts.is_empty() {
+        return fail(broke("never_reached").arg("status", answer.status_arg()));
+    }
+    Ok(())
+}
+
+/// Two bodies the same: the same JSON value (a relay may write it out again), else the same
+/// bytes.
+fn same_body(up: &str, below: &str) -> bool {
+    match (
+        serde_json::from_str::<serde_json::Value>(up),
+        serde_json::from_str::<serde_json::Value>(below),
+    ) {
+        (Ok(up), Ok(below)) => up == below,
+        _ => up == below,
+    }
+}
+
+/// The `error` of a JSON body, for a message (the body itself, cut, when it has none).
+fn error_of(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| Some(v.get("error")?.as_str()?.to_string()))
+        .unwrap_or_else(|| crate::call::cut(body))
+}
+
+/// An answer from below passed up whole (its status, its `Retry-After`, its body), and the
+/// payment sent down once: the attempts all belong to the one call (the recorder gave each of
+/// them the same refusal).
+fn passed_up(paid: &Paid, attempts: &[Attempt]) -> Judged {
+    let answer = &paid.sent;
+    reached(attempts, answer)?;
+    let Some(reply) = attempts.iter().rev().find_map(|a| a.reply.as_ref()) else {
+        return unknown(undecided("never_refused"));
+    };
+    let status = i64::from(reply.status);
+    if answer.status != Some(reply.status) {
+        return fail(
+            broke("not_passed_up")
+                .arg("expected", status)
+                .arg("status", answer.status_arg()),
+        );
+    }
+    if let Some(expected) = &reply.retry_after
+        && answer.retry_after.as_ref() != Some(expected)
+    {
+        return fail(match &answer.retry_after {
+            None => broke("retry_after_dropped")
+                .arg("status", status)
+                .arg("expected", expected),
+            Some(got) => broke("retry_after_changed")
+                .arg("status", status)
+                .arg("expected", expected)
+                .arg("got", got),
+        });
+    }
+    let body = paid.body.as_deref().unwrap_or_default();
+    if !same_body(body, &reply.body) {
+        return fail(
+            broke("body_changed")
+                .arg("expected", error_of(&reply.body))
+                .arg("got", error_of(body)),
+        );
+    }
+    if attempts.len() != 1 {
+        return fail(
+            broke("refusal_retried")
+                .arg("status", status)
+                .arg("count", attempts.len())
+                .arg("retries", attempts.len() - 1),
+        );
+    }
+    Ok(())
+}
+
+/// The Charge the client got is the one the payment service answered the relay's last attempt
+/// with.
+fn charge_passed_up(answer: &Sent, attempts: &[Attempt]) -> Judged {
+    let below = attempts
+        .iter()
+        .rev()
+        .filter_map(|a| a.reply.as_ref())
+        .find(|r| r.status == 200)
+        .and_then(|r| {
+            let v: serde_json::Value = serde_json::from_str(&r.body).ok()?;
+            Some(v.get("charge_id")?.as_str()?.to_string())
+        });
+    match below {
+        Some(charge) if answer.charge_id.as_deref() != Some(charge.as_str()) => {
+            fail(broke("charge_changed").arg("expected", charge).arg(
+                "got",
+                answer.charge_id.clone().unwrap_or_else(|| "-".into()),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+async fn pass_through(w: &mut Relay) -> Judged {
+    let intent = Intent::new(1);
+    w.step(Msg::new("step.pass_through"));
+    let started = Instant::now();
+    let first = w.pay(&intent, "pay-1").await;
+    let again = w.pay(&intent, "pay-1").await;
+    let attempts = w.attempts(&intent, started);
+    let charges = w.charges(&intent).await?;
+    keys_sent(&attempts, "pay-1")?;
+    one_charge(&charges)?;
+    must_be_charged(&first.sent)?;
+    must_be_charged(&again.sent)?;
+    charge_passed_up(&again.sent, &attempts)?;
+    if !again.sent.replayed_header {
+        return fail(broke("replay_header_dropped"));
     }
     Ok(())
 }
@@ -430,48 +276,6 @@ fn held(reached: Reached) -> Judged<(lab_core::checkpoint::Hold, JoinHandle<Sent
         }
         Reached::Never => unknown(undecided("never_held")),
     }
-}
-
-/// An answer passed up from below must be the one below gave: its status, its body's error,
-/// and for a 409 its `Retry-After`; and the refusal is not sent down again.
-fn passed_up(answer: &Sent, status: u16, error: &str, calls_down: u64) -> Judged {
-    if answer.status != Some(status) {
-        return fail(
-            broke("not_passed_up")
-                .arg("expected", i64::from(status))
-                .arg("status", answer.status_arg()),
-        );
-    }
-    if status == 409 && answer.retry_after.is_none() {
-        return fail(broke("retry_after_dropped"));
-    }
-    if !answer.answer.contains(error) {
-        return fail(broke("body_changed").arg("expected", error));
-    }
-    if calls_down != 1 {
-        return fail(
-            broke("refusal_retried")
-                .arg("status", i64::from(status))
-                .arg("count", calls_down)
-                .arg("retries", calls_down.saturating_sub(1)),
-        );
-    }
-    Ok(())
-}
-
-async fn pass_through(w: &mut Relay) -> Judged {
-    let intent = Intent::new(1);
-    w.step(Msg::new("step.pass_through"));
-    let first = w.pay(&intent, "pay-1").await;
-    must_be_charged(&first)?;
-    let again = w.pay(&intent, "pay-1").await;
-    let charges = w.charges(&intent).await?;
-    one_charge_with_key(&charges, "pay-1")?;
-    must_be_charged(&again)?;
-    if !again.replayed_header {
-        return fail(broke("replay_header_dropped"));
-    }
-    Ok(())
 }
 
 /// Sends `intent` with `key` through the relay, with the payment service's first answer lost on
@@ -500,23 +304,24 @@ async fn lose_below(w: &mut Relay, intent: &Intent, key: &str) -> Judged<Sent> {
 async fn key_unchanged(w: &mut Relay) -> Judged {
     let intent = Intent::new(2);
     w.step(Msg::new("step.lost_below"));
+    let started = Instant::now();
     let answer = lose_below(w, &intent, "pay-2").await?;
+    let attempts = w.attempts(&intent, started);
     let charges = w.charges(&intent).await?;
-    one_charge_with_key(&charges, "pay-2")?;
+    keys_sent(&attempts, "pay-2")?;
+    one_charge(&charges)?;
     if !charged(&answer) {
         return fail(broke("no_retry").arg("status", answer.status_arg()));
     }
-    Ok(())
+    charge_passed_up(&answer, &attempts)
 }
 
 async fn lost_both(w: &mut Relay) -> Judged {
     let intent = Intent::new(3);
-    let before = w.payments_requests().await?;
     w.step(Msg::new("step.lost_both"));
+    let started = Instant::now();
     // The relay's answer to the client's first call is dropped as soon as it starts.
-    let above = w
-        .inbound()
-        .arm(faultproxy::Fault::ResponseLostAfterCommit, 1);
+    let above = w.inbound.arm(faultproxy::Fault::ResponseLostAfterCommit, 1);
     let first = lose_below(w, &intent, "pay-3").await?;
     if tokio::time::timeout(STAGING_LIMIT, above.fired())
         .await
@@ -527,68 +332,184 @@ async fn lost_both(w: &mut Relay) -> Judged {
     }
     w.step(Msg::new("step.client_retries"));
     let retry = w.pay(&intent, "pay-3").await;
-    let down = w.payments_requests().await? - before;
-    w.step(
-        Msg::new("step.counted")
-            .arg("calls_in", 2)
-            .arg("calls_down", down),
-    );
+    let attempts = w.attempts(&intent, started);
     let charges = w.charges(&intent).await?;
-    one_charge_with_key(&charges, "pay-3")?;
-    must_be_charged(&retry)?;
-    if !retry.replayed_header {
+    keys_sent(&attempts, "pay-3")?;
+    one_charge(&charges)?;
+    must_be_charged(&retry.sent)?;
+    if !retry.sent.replayed_header {
         return fail(broke("replay_header_dropped"));
     }
-    if down != 3 {
-        return fail(broke("calls_down").arg("count", down));
+    if attempts.len() != 3 {
+        return fail(broke("calls_down").arg("count", attempts.len()));
     }
     Ok(())
 }
 
+/// Has every attempt of `intent`'s payment answered with `canned`, pays once, and judges that
+/// the answer came up whole and was sent down once.
+async fn refused_below(w: &mut Relay, intent: &Intent, key: &str, canned: Canned) -> Judged {
+    w.recorder.stage(&intent.order, Mode::Answer(canned));
+    let started = Instant::now();
+    let paid = w.pay(intent, key).await;
+    let attempts = w.attempts(intent, started);
+    keys_sent(&attempts, key)?;
+    passed_up(&paid, &attempts)
+}
+
 async fn conflict_passed_up(w: &mut Relay) -> Judged {
-    let intent = Intent::new(4);
-    w.step(Msg::new("step.hold_first"));
-    let reached = w.pay_held(&intent, "pay-4").await;
-    let (hold, call) = held(reached)?;
-    let before = w.payments_requests().await?;
-    w.step(Msg::new("step.duplicate"));
-    let duplicate = w.pay(&intent, "pay-4").await;
-    let seen = w.payments_requests().await? - before;
-    w.step(Msg::new("step.seen_below").arg("count", seen));
-    w.step(Msg::new("step.let_go"));
-    w.let_go(hold, call).await;
-    let charges = w.charges(&intent).await?;
-    one_charge_with_key(&charges, "pay-4")?;
-    passed_up(&duplicate, 409, "payment_in_progress", seen)
+    w.step(Msg::new("step.conflict"));
+    refused_below(w, &Intent::new(4), "pay-4", Canned::InProgress).await
 }
 
 async fn reuse_passed_up(w: &mut Relay) -> Judged {
-    let intent = Intent::new(5);
     w.step(Msg::new("step.reuse"));
-    let first = w.pay(&intent, "pay-5").await;
-    must_be_charged(&first)?;
-    let before = w.payments_requests().await?;
-    let changed = w.pay(&intent.with_amount(AMOUNT + 1000), "pay-5").await;
-    let seen = w.payments_requests().await? - before;
-    w.step(Msg::new("step.seen_below").arg("count", seen));
-    let charges = w.charges(&intent).await?;
-    one_charge_with_key(&charges, "pay-5")?;
-    passed_up(&changed, 422, "idempotency_key_reused", seen)
+    refused_below(w, &Intent::new(5), "pay-5", Canned::Reused).await
 }
 
-/// The pauses between the attempts of one payment.
-fn pauses(seen: &[Instant]) -> Vec<Duration> {
-    seen.windows(2).map(|w| w[1] - w[0]).collect()
+async fn bad_request_passed_up(w: &mut Relay) -> Judged {
+    w.step(Msg::new("step.bad_request"));
+    refused_below(w, &Intent::new(6), "pay-6", Canned::BadRequest).await
 }
 
-/// How a relay that gave up answered, and whether it stopped: a 5xx with a JSON body, and no
-/// attempt after it.
-fn gave_up_well(answer: &Sent, answered: usize, seen: usize) -> Judged {
-    if !matches!(answer.status, Some(500..=599)) || !answer.json_body {
-        return fail(broke("gave_up_badly").arg("status", answer.status_arg()));
+/// The relay got past the payment service's 502 and 504 to the Charge; the fail that says
+/// where it stopped instead.
+fn gateway_errors(answer: &Sent, attempts: &[Attempt]) -> Judged {
+    let last = attempts.last().and_then(|a| a.reply.as_ref());
+    if !charged(answer)
+        && let Some(last) = last
+        && matches!(last.status, 502 | 504)
+    {
+        return fail(
+            broke("gateway_error_not_retried")
+                .arg("status", last.status)
+                .arg("count", attempts.len())
+                .arg("got", answer.status_arg()),
+        );
     }
-    if seen > answered {
-        return fail(broke("after_answer").arg("count", seen - answered));
+    must_be_charged(answer)?;
+    charge_passed_up(answer, attempts)
+}
+
+async fn gateway_errors_retried(w: &mut Relay) -> Judged {
+    let intent = Intent::new(8);
+    w.recorder.stage(&intent.order, Mode::GatewayErrors);
+    w.step(Msg::new("step.gateway_errors"));
+    let started = Instant::now();
+    let paid = w.pay(&intent, "pay-8").await;
+    let attempts = w.attempts(&intent, started);
+    let charges = w.charges(&intent).await?;
+    keys_sent(&attempts, "pay-8")?;
+    reached(&attempts, &paid.sent)?;
+    one_charge(&charges)?;
+    gateway_errors(&paid.sent, &attempts)
+}
+
+/// How long the lab waits for a relay to answer a payment whose attempts go unanswered: its
+/// deadline and twice the slack, and never less than [`PATIENT`].
+fn patience(deadline: Duration) -> Duration {
+    PATIENT.max(deadline + DEADLINE_SLACK * 2)
+}
+
+/// What a relay whose first attempt went unanswered did: it gave up on that attempt (the
+/// hold's end) and retried with the client's key; the payment was charged once and the Charge
+/// came up.
+fn retried_after_timeout(
+    answer: &Sent,
+    answered: Instant,
+    attempts: &[Attempt],
+    end: Option<HoldEnd>,
+    charges: &[ChargeRow],
+) -> Judged {
+    let Some(first) = attempts.first() else {
+        return fail(broke("never_reached").arg("status", answer.status_arg()));
+    };
+    let gave_up = match end {
+        Some(end) => end.at(),
+        // It answered while its attempt still waited, and sent no other.
+        None if answer.status.is_some() => answered,
+        None => {
+            return unknown(undecided("never_gave_up").arg("seconds", answer.waited_ms / 1000));
+        }
+    };
+    if attempts.len() == 1 {
+        return fail(
+            broke("timeout_not_retried")
+                .arg("ms", gave_up.saturating_duration_since(first.at))
+                .arg("status", answer.status_arg()),
+        );
+    }
+    one_charge(charges)?;
+    must_be_charged(answer)?;
+    charge_passed_up(answer, attempts)
+}
+
+async fn timeout_retried(w: &mut Relay) -> Judged {
+    let intent = Intent::new(9);
+    w.recorder.stage(&intent.order, Mode::HoldFirst);
+    w.step(Msg::new("step.timeout_hold"));
+    let started = Instant::now();
+    let call = w.call(&intent, "pay-9", patience(w.deadline));
+    let http = w.rig.http.clone();
+    let mut paying = tokio::spawn(async move { pay_relay(&http, call).await });
+    // Until the relay gives up on its first attempt, or answers the client, or the client's
+    // patience runs out: whichever comes first.
+    let order = intent.order.clone();
+    let paid = tokio::select! {
+        paid = &mut paying => Some(paid),
+        _ = w.recorder.wait_for(patience(w.deadline), |r| r.hold_end(&order).is_some()) => None,
+    };
+    // A relay that answers because it gave up on its attempt has closed that connection just
+    // before: the recorder sees it a moment later.
+    if paid.is_some() {
+        let ended = |r: &Recorder| r.hold_end(&order).is_some();
+        w.recorder.wait_for(HANG_UP_SEEN, ended).await;
+    }
+    let end = w.recorder.hold_end(&intent.order);
+    if let Some(end) = end {
+        let first = w.recorder.attempts(&intent.order)[0].at;
+        let ms = end.at().saturating_duration_since(first);
+        w.step(match end {
+            HoldEnd::HungUp(_) => Msg::new("step.hung_up").arg("ms", ms),
+            HoldEnd::Overtaken(_) => Msg::new("step.overtaken").arg("ms", ms),
+        });
+    }
+    let paid = match paid {
+        Some(paid) => paid,
+        None => paying.await,
+    };
+    let Ok(paid) = paid else {
+        return Err(ExerciseError::Service {
+            service: "the lab's client",
+            reason: "its call to the relay panicked".into(),
+        }
+        .into());
+    };
+    w.rig.record(Line::Call(paid.sent.clone()));
+    // The first attempt, given up on, went on to the payment service: its charge is made (or
+    // refused) before the lab counts the charges.
+    if end.is_some() {
+        let passed = |r: &Recorder| r.first_passed(&order).is_some();
+        if !w.recorder.wait_for(STAGING_LIMIT, passed).await {
+            return unknown(undecided("first_not_passed"));
+        }
+    }
+    let attempts = w.attempts(&intent, started);
+    let charges = w.charges(&intent).await?;
+    keys_sent(&attempts, "pay-9")?;
+    retried_after_timeout(&paid.sent, paid.at, &attempts, end, &charges)
+}
+
+/// How a relay that gave up answered: 502, 503 or 504 (the outcome is unknown) with a JSON
+/// object that has an `error`.
+fn gave_up_well(paid: &Paid) -> Judged {
+    let object_with_error = paid
+        .body
+        .as_deref()
+        .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+        .is_some_and(|v| v.get("error").is_some());
+    if !matches!(paid.sent.status, Some(502..=504)) || !object_with_error {
+        return fail(broke("gave_up_badly").arg("status", paid.sent.status_arg()));
     }
     Ok(())
 }
@@ -604,95 +525,238 @@ fn bounded(attempts: usize) -> Judged {
     Ok(())
 }
 
-/// The attempts of several payments judged: bounded in number, pauses that grow, with jitter.
-fn judge_backoff(sequences: &[Vec<Duration>]) -> Judged {
-    for pauses in sequences {
-        bounded(pauses.len() + 1)?;
-    }
-    let mean = |pick: &dyn Fn(&Vec<Duration>) -> Duration| {
-        sequences.iter().map(|s| pick(s).as_secs_f64()).sum::<f64>() / sequences.len() as f64
-    };
-    let first = mean(&|s| s[0]);
-    let last = mean(&|s| *s.last().expect("two pauses at least"));
-    if last < first * GROWTH {
-        return fail(
-            broke("no_growth")
-                .arg("first", format!("{:.0}", first * 1000.0))
-                .arg("last", format!("{:.0}", last * 1000.0)),
-        );
-    }
-    let firsts: Vec<Duration> = sequences.iter().map(|s| s[0]).collect();
-    let lasts: Vec<Duration> = sequences
+/// The attempts that came before the answer (within [`AFTER_ANSWER_MARGIN`] of it), and those
+/// after.
+fn split_at_answer(attempts: &[Attempt], answered: Instant) -> (Vec<Attempt>, Vec<Attempt>) {
+    attempts
         .iter()
-        .map(|s| *s.last().expect("checked"))
-        .collect();
-    let spread = |all: &[Duration]| {
-        all.iter().max().copied().unwrap_or_default()
-            - all.iter().min().copied().unwrap_or_default()
-    };
-    if spread(&firsts) < JITTER_SPREAD && spread(&lasts) < JITTER_SPREAD {
-        return fail(broke("no_jitter"));
-    }
-    Ok(())
+        .cloned()
+        .partition(|a| a.at <= answered + AFTER_ANSWER_MARGIN)
 }
 
-async fn backoff(w: &mut Relay) -> Judged {
-    if !w.at_recorder(Mood::Refuse).await? {
-        return unknown(undecided("no_restart"));
+/// Until when the lab watches a payment for attempts after its answer: until its deadline has
+/// passed since its first attempt (a relay that keeps trying "within its deadline" behind the
+/// client's back), and at least [`WATCH_SLACK`] after its answer (one that resends soon after).
+fn watched_until(attempts: &[Attempt], answered: Instant, deadline: Duration) -> Instant {
+    let first = attempts.first().map_or(answered, |a| a.at);
+    (first + deadline).max(answered + WATCH_SLACK)
+}
+
+/// No attempt came after the answer.
+fn nothing_after(attempts: &[Attempt], answered: Instant, key: &str) -> Judged {
+    let (_, after) = split_at_answer(attempts, answered);
+    if after.is_empty() {
+        return Ok(());
     }
-    w.step(Msg::new("step.backoff").arg("count", BACKOFF_PAYMENTS));
-    let mut sequences = Vec::new();
-    for n in 0..BACKOFF_PAYMENTS {
-        let started = Instant::now();
-        let answer = w
-            .pay(&Intent::new(60 + n as u32), &format!("pay-6{n}"))
-            .await;
-        let answered = w.recorder().attempts();
-        tokio::time::sleep(AFTERWARDS).await;
-        let seen = w.recorder().attempts();
-        w.recorder().seen.lock().clear();
-        w.told_attempts(started, &seen);
-        gave_up_well(&answer, answered.len(), seen.len())?;
-        bounded(seen.len())?;
-        sequences.push(pauses(&seen));
-    }
-    judge_backoff(&sequences)
+    let at: Vec<String> = after
+        .iter()
+        .map(|a| {
+            a.at.saturating_duration_since(answered)
+                .as_millis()
+                .to_string()
+        })
+        .collect();
+    fail(
+        broke("after_answer")
+            .arg("count", after.len())
+            .arg("key", key)
+            .arg("at", at.join(", ")),
+    )
 }
 
 async fn deadline(w: &mut Relay) -> Judged {
-    if !w.at_recorder(Mood::Silent).await? {
-        return unknown(undecided("no_restart"));
-    }
+    let intent = Intent::new(70);
+    w.recorder.stage(&intent.order, Mode::Silent);
     let promised = w.deadline;
     w.step(Msg::new("step.deadline").arg("ms", promised));
     let started = Instant::now();
-    let patience = PATIENT.max(promised + DEADLINE_SLACK * 2);
-    let answer = w.pay_within(&Intent::new(70), "pay-70", patience).await;
-    let took = started.elapsed();
-    let answered = w.recorder().attempts();
-    tokio::time::sleep(AFTERWARDS).await;
-    let seen = w.recorder().attempts();
-    w.told_attempts(started, &seen);
+    let patience = patience(promised);
+    let paid = w.pay_within(&intent, "pay-70", patience).await;
+    let took = paid.at - started;
     w.step(Msg::new("step.answered_after").arg("ms", took));
-    if answer.status.is_none() {
+    if paid.sent.status.is_none() {
+        w.attempts(&intent, started);
         return fail(broke("never_answered").arg("seconds", patience.as_secs()));
     }
     if took > promised + DEADLINE_SLACK {
+        w.attempts(&intent, started);
         return fail(
             broke("past_deadline")
                 .arg("ms", took)
                 .arg("deadline", promised),
         );
     }
-    gave_up_well(&answer, answered.len(), seen.len())?;
-    if seen.len() > MOST_ATTEMPTS {
-        return fail(broke("too_many").arg("count", seen.len()));
+    reached(&w.recorder.attempts(&intent.order), &paid.sent)?;
+    gave_up_well(&paid)?;
+    let until = watched_until(&w.recorder.attempts(&intent.order), paid.at, promised);
+    tokio::time::sleep_until(until.into()).await;
+    let attempts = w.attempts(&intent, started);
+    keys_sent(&attempts, "pay-70")?;
+    let (before, _) = split_at_answer(&attempts, paid.at);
+    if before.len() > MOST_ATTEMPTS {
+        return fail(broke("too_many").arg("count", before.len()));
     }
-    Ok(())
+    nothing_after(&attempts, paid.at, "pay-70")
+}
+
+/// One payment of `backoff`: its intent and key, when it was sent, the relay's answer.
+struct Refused {
+    intent: Intent,
+    key: String,
+    started: Instant,
+    paid: Paid,
+}
+
+/// `backoff`'s payment number `n` (from 0), with its own key, staged and ready to send.
+fn pay_refused(w: &Relay, n: usize) -> impl Future<Output = Refused> + use<> {
+    let number = 100 + u32::try_from(n).unwrap_or(0);
+    let intent = Intent::new(number);
+    let key = format!("pay-{number}");
+    w.recorder
+        .stage(&intent.order, Mode::Answer(Canned::Unavailable));
+    // A relay that takes one payment at a time is slow here, not wrong: each waits its turn.
+    let patience = patience(w.deadline) * BACKOFF_IN_FLIGHT as u32;
+    let call = w.call(&intent, &key, patience);
+    let http = w.rig.http.clone();
+    async move {
+        let started = Instant::now();
+        let paid = pay_relay(&http, call).await;
+        Refused {
+            intent,
+            key,
+            started,
+            paid,
+        }
+    }
+}
+
+/// Tells one payment of `backoff` (its call and its attempts), for a verdict about it.
+fn tell_payment(w: &mut Relay, payment: &Refused) {
+    w.rig.record(Line::Call(payment.paid.sent.clone()));
+    let attempts = w.recorder.attempts(&payment.intent.order);
+    w.step(told_attempts(&attempts, payment.started));
+}
+
+/// One payment of `backoff` judged on its own: the relay gave up well, kept the client's key,
+/// made a bounded number of attempts before its answer; the pauses between those.
+fn judge_refused(payment: &Refused, attempts: &[Attempt]) -> Judged<Vec<Duration>> {
+    gave_up_well(&payment.paid)?;
+    keys_sent(attempts, &payment.key)?;
+    let (before, _) = split_at_answer(attempts, payment.paid.at);
+    bounded(before.len())?;
+    Ok(before.windows(2).map(|w| w[1].at - w[0].at).collect())
+}
+
+/// What the pauses say, as a verdict (`Ok` when they grow and jitter).
+fn pauses_judged(reading: &backoff::Reading) -> Judged {
+    let spread = &reading.spread;
+    match (reading.growth, spread.jitter) {
+        (backoff::Growth::Flat, _) => fail(
+            broke("no_growth")
+                .arg("first", reading.first_ms)
+                .arg("second", reading.second_ms)
+                .arg("count", reading.payments),
+        ),
+        (backoff::Growth::Undecided, _) => unknown(
+            undecided("pauses_undecided")
+                .arg("count", reading.payments)
+                .arg("first", reading.first_ms)
+                .arg("second", reading.second_ms),
+        ),
+        (backoff::Growth::Grows, backoff::Jitter::Steady) => fail(
+            broke("no_jitter")
+                .arg("position", spread.position)
+                .arg("low", spread.low_ms)
+                .arg("high", spread.high_ms)
+                .arg("quartiles", spread.quartiles_ms)
+                .arg("count", reading.payments),
+        ),
+        (backoff::Growth::Grows, backoff::Jitter::Undecided) => unknown(
+            undecided("jitter_undecided")
+                .arg("position", spread.position)
+                .arg("quartiles", spread.quartiles_ms)
+                .arg("median", spread.median_ms)
+                .arg("count", reading.payments),
+        ),
+        (backoff::Growth::Grows, backoff::Jitter::Jitters) => Ok(()),
+    }
+}
+
+async fn backoff(w: &mut Relay) -> Judged {
+    w.step(
+        Msg::new("step.backoff")
+            .arg("at_once", BACKOFF_IN_FLIGHT)
+            .arg("first", backoff::FIRST_LOOK)
+            .arg("most", backoff::MOST_PAYMENTS),
+    );
+    let mut flying: tokio::task::JoinSet<Refused> = tokio::task::JoinSet::new();
+    let (mut sent, mut last_sent) = (0, None::<Instant>);
+    let mut payments: Vec<Refused> = Vec::new();
+    let mut sequences = Vec::new();
+    let mut reading: Option<backoff::Reading> = None;
+    loop {
+        let decided = reading.as_ref().is_some_and(backoff::Reading::decided);
+        if !decided && sent < backoff::MOST_PAYMENTS && flying.len() < BACKOFF_IN_FLIGHT {
+            if let Some(last) = last_sent {
+                tokio::time::sleep_until((last + BACKOFF_SPACING).into()).await;
+            }
+            flying.spawn(pay_refused(w, sent));
+            (sent, last_sent) = (sent + 1, Some(Instant::now()));
+            continue;
+        }
+        let Some(done) = flying.join_next().await else {
+            break;
+        };
+        let Ok(payment) = done else {
+            return Err(ExerciseError::Service {
+                service: "the lab's client",
+                reason: "a payment into the relay panicked".into(),
+            }
+            .into());
+        };
+        let attempts = w.recorder.attempts(&payment.intent.order);
+        match judge_refused(&payment, &attempts) {
+            Ok(pauses) => sequences.push(pauses),
+            Err(stop) => {
+                tell_payment(w, &payment);
+                return Err(stop);
+            }
+        }
+        payments.push(payment);
+        if !decided && backoff::reads_at(sequences.len()) {
+            reading = Some(backoff::read(&sequences));
+        }
+    }
+    let reading = reading.expect("read at the first look at least");
+    w.step(
+        Msg::new("step.pauses")
+            .arg("count", reading.payments)
+            .arg("first", reading.first_ms)
+            .arg("second", reading.second_ms),
+    );
+    if reading.decided() {
+        pauses_judged(&reading)?;
+    }
+    let until = payments
+        .iter()
+        .map(|p| watched_until(&w.recorder.attempts(&p.intent.order), p.paid.at, w.deadline))
+        .max();
+    if let Some(until) = until {
+        tokio::time::sleep_until(until.into()).await;
+    }
+    for payment in &payments {
+        let attempts = w.recorder.attempts(&payment.intent.order);
+        if let Err(stop) = nothing_after(&attempts, payment.paid.at, &payment.key) {
+            tell_payment(w, payment);
+            return Err(stop);
+        }
+    }
+    pauses_judged(&reading)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::recorder::Reply;
     use super::*;
     use crate::judgement::verdict_of;
     use crate::verdict::Verdict;
@@ -704,102 +768,356 @@ mod tests {
         }
     }
 
-    fn charge(key: Option<&str>) -> ChargeRow {
+    fn msg_of(judged: Judged) -> Msg {
+        verdict_of(judged).unwrap().reason().unwrap().clone()
+    }
+
+    fn charge(id: &str) -> ChargeRow {
         ChargeRow {
-            charge_id: "ch_1".into(),
-            amount: AMOUNT,
+            charge_id: id.into(),
+            amount: crate::payment::AMOUNT,
             currency: "RUB".into(),
-            key: key.map(str::to_string),
+            key: Some("payment.charge.x.pay-1".into()),
         }
     }
 
-    fn ms(values: &[u64]) -> Vec<Duration> {
-        values.iter().map(|v| Duration::from_millis(*v)).collect()
+    fn attempt(key: &str, at: Instant, reply: Option<Reply>) -> Attempt {
+        Attempt {
+            order: Some("o".into()),
+            key: Some(key.into()),
+            at,
+            reply,
+            hung_up: None,
+        }
+    }
+
+    fn paid(status: Option<u16>, body: &str, at: Instant) -> Paid {
+        let mut sent = crate::payment::tests::answer(status, None);
+        sent.answer = body.into();
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+            sent.charge_id = v
+                .get("charge_id")
+                .and_then(|c| c.as_str())
+                .map(str::to_string);
+        }
+        Paid {
+            sent,
+            body: status.map(|_| body.to_string()),
+            at,
+        }
+    }
+
+    const CHARGE: &str = r#"{"charge_id":"ch_1","amount":1990}"#;
+
+    fn charged_reply(replayed: bool) -> Reply {
+        Reply {
+            status: 200,
+            body: CHARGE.into(),
+            retry_after: None,
+            replayed,
+        }
     }
 
     #[test]
-    fn the_clients_key_must_reach_the_provider_once() {
-        let tenant_scoped = format!("{}.pay-1", crate::payment::TENANT);
+    fn the_key_judged_is_the_one_the_relay_sent_down() {
+        let now = Instant::now();
+        let same = [attempt("pay-1", now, None), attempt("pay-1", now, None)];
+        assert_eq!(key_of(keys_sent(&same, "pay-1")), None);
+        // A prefix of the relay's own is another key, whatever the provider's key ends with.
+        let prefixed = [
+            attempt("pay-1", now, None),
+            attempt("retry2.pay-1", now, None),
+        ];
+        let msg = msg_of(keys_sent(&prefixed, "pay-1"));
+        assert_eq!(msg.key, "broke.key_changed");
+        assert!(msg.args.contains(&("sent".into(), "retry2.pay-1".into())));
+        let mut keyless = attempt("pay-1", now, None);
+        keyless.key = None;
         assert_eq!(
-            key_of(one_charge_with_key(
-                &[charge(Some(&tenant_scoped))],
-                "pay-1"
-            )),
-            None
-        );
-        assert_eq!(
-            key_of(one_charge_with_key(&[charge(Some("x.minted-9"))], "pay-1")).as_deref(),
+            key_of(keys_sent(&[keyless], "pay-1")).as_deref(),
             Some("broke.key_changed")
         );
         assert_eq!(
-            key_of(one_charge_with_key(
-                &[charge(Some(&tenant_scoped)), charge(Some(&tenant_scoped))],
-                "pay-1"
-            ))
-            .as_deref(),
+            key_of(one_charge(&[charge("a"), charge("b")])).as_deref(),
             Some("broke.charged_twice")
         );
     }
 
     #[test]
-    fn a_refusal_retried_counts_the_retries_apart_from_the_call() {
-        let mut answer = crate::payment::tests::answer(Some(409), None);
-        answer.retry_after = Some("1".into());
-        answer.answer = r#"{"error":"payment_in_progress"}"#.into();
-        assert_eq!(
-            key_of(passed_up(&answer, 409, "payment_in_progress", 1)),
-            None
+    fn a_refusal_comes_up_whole_and_is_sent_down_once() {
+        let now = Instant::now();
+        let refusal = Canned::InProgress.reply();
+        let once = [attempt("pay-4", now, Some(refusal.clone()))];
+        let mut up = paid(Some(409), &refusal.body, now);
+        up.sent.retry_after = Some("1".into());
+        assert_eq!(key_of(passed_up(&up, &once)), None);
+        // Written out again with other spacing: the same JSON, the same answer.
+        let mut respaced = paid(
+            Some(409),
+            r#"{ "message": "a payment with this key is being charged right now; retry in a second", "error": "payment_in_progress" }"#,
+            now,
         );
-        let Err(crate::judgement::Stop::Verdict(Verdict::Fail(msg))) =
-            passed_up(&answer, 409, "payment_in_progress", 5)
-        else {
-            panic!("a retried refusal passed")
-        };
+        respaced.sent.retry_after = Some("1".into());
+        assert_eq!(key_of(passed_up(&respaced, &once)), None);
+        // Three attempts of the one call: the refusal retried twice.
+        let thrice = [
+            attempt("pay-4", now, Some(refusal.clone())),
+            attempt("pay-4", now, Some(refusal.clone())),
+            attempt("pay-4", now, Some(refusal.clone())),
+        ];
+        let msg = msg_of(passed_up(&up, &thrice));
         assert_eq!(msg.key, "broke.refusal_retried");
+        assert!(msg.args.contains(&("count".into(), lab_core::Arg::Int(3))));
         assert!(
             msg.args
-                .contains(&("retries".into(), lab_core::Arg::Int(4)))
+                .contains(&("retries".into(), lab_core::Arg::Int(2)))
         );
-        answer.retry_after = None;
+        up.sent.retry_after = None;
         assert_eq!(
-            key_of(passed_up(&answer, 409, "payment_in_progress", 1)).as_deref(),
+            key_of(passed_up(&up, &once)).as_deref(),
             Some("broke.retry_after_dropped")
+        );
+        up.sent.retry_after = Some("5".into());
+        assert_eq!(
+            key_of(passed_up(&up, &once)).as_deref(),
+            Some("broke.retry_after_changed")
+        );
+        let bad = Canned::BadRequest.reply();
+        let below = [attempt("pay-6", now, Some(bad))];
+        let rewritten = paid(Some(400), r#"{"error":"bad_request"}"#, now);
+        let msg = msg_of(passed_up(&rewritten, &below));
+        assert_eq!(msg.key, "broke.body_changed");
+        assert!(
+            msg.args
+                .contains(&("expected".into(), "invalid_payment".into()))
+        );
+        let gateway = paid(Some(502), r#"{"error":"upstream"}"#, now);
+        assert_eq!(
+            key_of(passed_up(&gateway, &below)).as_deref(),
+            Some("broke.not_passed_up")
+        );
+        assert_eq!(
+            key_of(passed_up(&gateway, &[])).as_deref(),
+            Some("broke.never_reached")
+        );
+        // Every attempt closed before the refusal could be given: nothing was passed up.
+        assert_eq!(
+            key_of(passed_up(&gateway, &[attempt("pay-6", now, None)])).as_deref(),
+            Some("unknown.never_refused")
         );
     }
 
     #[test]
-    fn backoff_is_bounded_grows_and_jitters() {
-        let good = [
-            ms(&[110, 260, 390]),
-            ms(&[140, 220, 430]),
-            ms(&[120, 240, 350]),
+    fn a_gateway_error_passed_up_is_named_and_a_charge_passes() {
+        let now = Instant::now();
+        let first = [attempt("pay-8", now, Some(Canned::BadGateway.reply()))];
+        let up = paid(Some(502), &Canned::BadGateway.reply().body, now);
+        let msg = msg_of(gateway_errors(&up.sent, &first));
+        assert_eq!(msg.key, "broke.gateway_error_not_retried");
+        assert!(
+            msg.args
+                .contains(&("status".into(), lab_core::Arg::Int(502)))
+        );
+        let all = [
+            attempt("pay-8", now, Some(Canned::BadGateway.reply())),
+            attempt("pay-8", now, Some(Canned::GatewayTimeout.reply())),
+            attempt("pay-8", now, Some(charged_reply(false))),
         ];
-        assert_eq!(key_of(judge_backoff(&good)), None);
-        let fixed = [
-            ms(&[200, 200, 200]),
-            ms(&[210, 190, 205]),
-            ms(&[195, 205, 200]),
+        let charged = paid(Some(200), CHARGE, now);
+        assert_eq!(key_of(gateway_errors(&charged.sent, &all)), None);
+        // Its own 504 after the 502, without a retry: the 502 was not retried.
+        let own = paid(Some(504), r#"{"error":"upstream_unavailable"}"#, now);
+        let msg = msg_of(gateway_errors(&own.sent, &first));
+        assert_eq!(msg.key, "broke.gateway_error_not_retried");
+        assert!(
+            msg.args
+                .contains(&("status".into(), lab_core::Arg::Int(502)))
+        );
+        assert!(msg.args.contains(&("got".into(), lab_core::Arg::Int(504))));
+        // Retried both, and its third attempt went unanswered: not about the gateway errors.
+        let retried = [
+            attempt("pay-8", now, Some(Canned::BadGateway.reply())),
+            attempt("pay-8", now, Some(Canned::GatewayTimeout.reply())),
+            attempt("pay-8", now, None),
         ];
         assert_eq!(
-            key_of(judge_backoff(&fixed)).as_deref(),
-            Some("broke.no_growth")
+            key_of(gateway_errors(&own.sent, &retried)).as_deref(),
+            Some("broke.not_charged")
         );
-        let lockstep = [
-            ms(&[100, 200, 400]),
-            ms(&[100, 200, 400]),
-            ms(&[100, 200, 400]),
+        let other = paid(Some(200), r#"{"charge_id":"ch_2"}"#, now);
+        assert_eq!(
+            key_of(gateway_errors(&other.sent, &all)).as_deref(),
+            Some("broke.charge_changed")
+        );
+    }
+
+    #[test]
+    fn a_timed_out_attempt_must_be_retried_once_the_relay_gives_up_on_it() {
+        let t0 = Instant::now();
+        let hung_up = t0 + Duration::from_millis(1000);
+        let one = [attempt("pay-9", t0, None)];
+        let gave_up = paid(Some(504), r#"{"error":"upstream_unavailable"}"#, hung_up);
+        let msg = msg_of(retried_after_timeout(
+            &gave_up.sent,
+            gave_up.at,
+            &one,
+            Some(HoldEnd::HungUp(hung_up)),
+            &[],
+        ));
+        assert_eq!(msg.key, "broke.timeout_not_retried");
+        assert!(msg.args.contains(&("ms".into(), lab_core::Arg::Int(1000))));
+        // It answered while its attempt still waited: no retry either.
+        assert_eq!(
+            key_of(retried_after_timeout(
+                &gave_up.sent,
+                gave_up.at,
+                &one,
+                None,
+                &[]
+            ))
+            .as_deref(),
+            Some("broke.timeout_not_retried")
+        );
+        // It never gave up, and never answered: nothing to judge.
+        let silent = paid(None, "", t0 + Duration::from_secs(12));
+        assert_eq!(
+            key_of(retried_after_timeout(
+                &silent.sent,
+                silent.at,
+                &one,
+                None,
+                &[]
+            ))
+            .as_deref(),
+            Some("unknown.never_gave_up")
+        );
+        let two = [
+            attempt("pay-9", t0, None),
+            attempt("pay-9", hung_up, Some(charged_reply(true))),
         ];
+        let replayed = paid(Some(200), CHARGE, hung_up);
+        for end in [HoldEnd::HungUp(hung_up), HoldEnd::Overtaken(hung_up)] {
+            assert_eq!(
+                key_of(retried_after_timeout(
+                    &replayed.sent,
+                    replayed.at,
+                    &two,
+                    Some(end),
+                    &[charge("ch_1")]
+                )),
+                None
+            );
+        }
         assert_eq!(
-            key_of(judge_backoff(&lockstep)).as_deref(),
-            Some("broke.no_jitter")
+            key_of(retried_after_timeout(
+                &gave_up.sent,
+                gave_up.at,
+                &two,
+                Some(HoldEnd::HungUp(hung_up)),
+                &[charge("ch_1")]
+            ))
+            .as_deref(),
+            Some("broke.not_charged")
         );
+    }
+
+    #[test]
+    fn giving_up_is_a_gateway_status_with_a_json_error() {
+        let now = Instant::now();
+        for status in [502, 503, 504] {
+            let up = paid(Some(status), r#"{"error":"upstream_unavailable"}"#, now);
+            assert_eq!(key_of(gave_up_well(&up)), None, "{status}");
+        }
+        for (status, body) in [
+            (Some(500), r#"{"error":"payment_failed"}"#),
+            (Some(504), "null"),
+            (Some(504), r#"["upstream_unavailable"]"#),
+            (Some(504), "upstream unavailable"),
+            (None, ""),
+        ] {
+            assert_eq!(
+                key_of(gave_up_well(&paid(status, body, now))).as_deref(),
+                Some("broke.gave_up_badly"),
+                "{status:?} {body}"
+            );
+        }
+    }
+
+    #[test]
+    fn attempts_after_the_answer_are_told_apart_by_time() {
+        let answered = Instant::now();
+        let early = answered - Duration::from_millis(300);
+        let in_flight = answered + Duration::from_millis(10);
+        let late = answered + Duration::from_millis(1000);
+        let attempts = [
+            attempt("pay-70", early, None),
+            attempt("pay-70", in_flight, None),
+        ];
+        assert_eq!(key_of(nothing_after(&attempts, answered, "pay-70")), None);
+        let attempts = [
+            attempt("pay-70", early, None),
+            attempt("pay-70", in_flight, None),
+            attempt("pay-70", late, None),
+        ];
+        let msg = msg_of(nothing_after(&attempts, answered, "pay-70"));
+        assert_eq!(msg.key, "broke.after_answer");
+        assert!(msg.args.contains(&("count".into(), lab_core::Arg::Int(1))));
+        assert!(msg.args.contains(&("at".into(), "1000".into())));
+        // Watched until the deadline from the first attempt, and the slack after the answer.
+        let deadline = Duration::from_secs(3);
         assert_eq!(
-            key_of(judge_backoff(&[ms(&[100])])).as_deref(),
-            Some("broke.too_few")
+            watched_until(&attempts, answered, deadline),
+            early + deadline
         );
+        let late_answer = early + Duration::from_millis(2900);
         assert_eq!(
-            key_of(judge_backoff(&[ms(&[10; 12])])).as_deref(),
-            Some("broke.too_many")
+            watched_until(&attempts, late_answer, deadline),
+            late_answer + WATCH_SLACK
         );
+        assert_eq!(key_of(bounded(2)).as_deref(), Some("broke.too_few"));
+        assert_eq!(key_of(bounded(3)), None);
+        assert_eq!(key_of(bounded(11)).as_deref(), Some("broke.too_many"));
+    }
+
+    #[test]
+    fn the_pauses_reading_becomes_a_verdict() {
+        let reading = |growth, jitter| backoff::Reading {
+            payments: 24,
+            growth,
+            first_ms: 75,
+            second_ms: 150,
+            spread: backoff::Spread {
+                position: 2,
+                low_ms: 101,
+                high_ms: 198,
+                quartiles_ms: 50,
+                median_ms: 150,
+                jitter,
+            },
+        };
+        use backoff::{Growth, Jitter};
+        let cases = [
+            (Growth::Grows, Jitter::Jitters, None),
+            (Growth::Grows, Jitter::Steady, Some("broke.no_jitter")),
+            (
+                Growth::Grows,
+                Jitter::Undecided,
+                Some("unknown.jitter_undecided"),
+            ),
+            (Growth::Flat, Jitter::Jitters, Some("broke.no_growth")),
+            (Growth::Flat, Jitter::Steady, Some("broke.no_growth")),
+            (
+                Growth::Undecided,
+                Jitter::Jitters,
+                Some("unknown.pauses_undecided"),
+            ),
+        ];
+        for (growth, jitter, key) in cases {
+            assert_eq!(
+                key_of(pauses_judged(&reading(growth, jitter))).as_deref(),
+                key,
+                "{growth:?} {jitter:?}"
+            );
+        }
     }
 }

@@ -65,11 +65,12 @@ async def pay(request: Request, idempotency_key: str | None = Header(default=Non
         return JSONResponse(status_code=400, content={"error": "missing_idempotency_key", "message": "a payment needs an Idempotency-Key"})
     # The payment goes down as it came; the payment service judges it.
     body = await request.body()
-    # TODO(key-unchanged, lost-both, backoff, deadline): an attempt that gets no answer (a
-    # timeout, a dropped connection) or a 502, 503, 504 has an unknown or temporary outcome:
-    # retry it, with the client's key unchanged, at most ATTEMPTS times, each with its own
-    # timeout, all within DEADLINE_SECONDS, sleeping backoff(attempt) between them. Anything
-    # else (200, 409, 422...) is the payment service's answer: never retried.
+    # TODO(key-unchanged, lost-both, gateway-errors-retried, timeout-retried, deadline, backoff):
+    # an attempt that gets no answer (a timeout, a dropped connection) or a 502, 503, 504 has an
+    # unknown or temporary outcome: retry it, with the client's key unchanged, at most ATTEMPTS
+    # times, each with its own timeout, all within DEADLINE_SECONDS, sleeping backoff(attempt)
+    # between them. Anything else (200, 409, 422...) is the payment service's answer: never
+    # retried. (httpx gives this one attempt its default timeout, 5 s.)
     try:
         answer = await payments.post(
             f"{PAYMENTS_URL}/payments",

@@ -35,6 +35,8 @@ const PER_CALL: Duration = Duration::from_secs(1);
 const DEADLINE: Duration = Duration::from_secs(3);
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 const BACKOFF_CAP: Duration = Duration::from_secs(1);
+/// The starter's one attempt gives up after this long (reqwest has no timeout of its own).
+const STARTER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The headers of an answer from below that go up with it.
 const KEPT_HEADERS: [&str; 2] = ["retry-after", "idempotent-replayed"];
@@ -79,11 +81,12 @@ async fn pay(State(relay): State<Relay>, headers: HeaderMap, body: Bytes) -> Res
             "a payment needs an Idempotency-Key",
         );
     };
-    // TODO(key-unchanged, lost-both, backoff, deadline): an attempt that gets no answer (a
-    // timeout, a dropped connection) or a 502, 503, 504 has an unknown or temporary outcome:
-    // retry it, with the client's key unchanged, at most ATTEMPTS times, each with its own
-    // timeout (PER_CALL), all within DEADLINE, sleeping backoff(attempt) between them. Anything
-    // else (200, 409, 422...) is the payment service's answer: never retried.
+    // TODO(key-unchanged, lost-both, gateway-errors-retried, timeout-retried, deadline, backoff):
+    // an attempt that gets no answer (a timeout, a dropped connection) or a 502, 503, 504 has an
+    // unknown or temporary outcome: retry it, with the client's key unchanged, at most ATTEMPTS
+    // times, each with its own timeout (PER_CALL), all within DEADLINE, sleeping
+    // backoff(attempt) between them. Anything else (200, 409, 422...) is the payment service's
+    // answer: never retried. (This one attempt waits at most STARTER_TIMEOUT.)
     let _ = (Instant::now, ATTEMPTS, PER_CALL, DEADLINE, backoff);
     let sent = relay
         .http
@@ -91,6 +94,7 @@ async fn pay(State(relay): State<Relay>, headers: HeaderMap, body: Bytes) -> Res
         .header("idempotency-key", key)
         .header(header::CONTENT_TYPE, "application/json")
         .body(body)
+        .timeout(STARTER_TIMEOUT)
         .send()
         .await;
     if let Ok(answer) = sent
