@@ -314,9 +314,30 @@ pub(super) async fn result_ttl(w: &mut ChargeOnce) -> Judged {
             w.step(Msg::new("step.written_records").arg("charge", charge_id.as_str()));
             w.show(records);
         }
-        ResultRecords::Nothing => {}
+        ResultRecords::Nothing => {
+            // Nothing in Redis to read: whether the result is stored at all is what a retry
+            // tells (stored elsewhere, it is replayed, and the lab cannot read its lifetime).
+            w.step(Msg::new("step.nothing_written_retry"));
+            let retry = w.pay("client", &intent, "pay-9").await;
+            let charges = w.charges(&intent).await?;
+            stored_somewhere(&first, &retry, charges.len(), &prefix)?;
+        }
     }
     result_lives(&found, window, &prefix)
+}
+
+/// A payment of which nothing was written in Redis: its result is stored somewhere if its retry
+/// was the same Charge and charged nothing more; else it is not stored at all.
+pub(super) fn stored_somewhere(first: &Sent, retry: &Sent, charges: usize, prefix: &str) -> Judged {
+    if charges > 1 || !charged(retry) || retry.charge_id != first.charge_id {
+        return fail(
+            broke("result_not_stored")
+                .arg("prefix", prefix)
+                .arg("status", retry.status_arg())
+                .arg("count", charges),
+        );
+    }
+    Ok(())
 }
 
 pub(super) async fn redis_down(w: &mut ChargeOnce) -> Judged {
@@ -416,6 +437,25 @@ mod tests {
         assert_eq!(
             key(charged_twice(broke("x"), &same, true)),
             "why.charged_twice"
+        );
+    }
+
+    #[test]
+    fn a_result_not_in_redis_is_stored_somewhere_only_if_its_retry_replays_it() {
+        let first = answer(Some(200), Some("ch_9"));
+        let replayed = Sent {
+            replayed_header: true,
+            ..answer(Some(200), Some("ch_9"))
+        };
+        assert_eq!(key_of(stored_somewhere(&first, &replayed, 1, "p:")), "pass");
+        let again = answer(Some(200), Some("ch_10"));
+        assert_eq!(
+            key_of(stored_somewhere(&first, &again, 2, "p:")),
+            "broke.result_not_stored"
+        );
+        assert_eq!(
+            key_of(stored_somewhere(&first, &answer(Some(500), None), 1, "p:")),
+            "broke.result_not_stored"
         );
     }
 

@@ -81,14 +81,14 @@ pub(super) fn retries_end_in_the_charge(
 }
 
 /// The first call's own answer when Redis was lost after its charge: the Charge the provider
-/// made, or a 5xx the client retries; never a refusal that tells the client to stop, nor
-/// another charge.
+/// made, or an answer the client retries (a 5xx, a 409, none); never a refusal that tells the
+/// client to stop, nor another charge.
 pub(super) fn answered_through_the_loss(first: Option<&Sent>, charges: &[ChargeRow]) -> Judged {
     let Some(first) = first else {
         return Ok(());
     };
     match first.status {
-        None => Ok(()),
+        None | Some(409) => Ok(()),
         Some(s) if s >= 500 => Ok(()),
         Some(_) if charged(first) && first.charge_id.as_deref() == the_charge(charges) => Ok(()),
         Some(_) => fail(broke("lost_store_status").arg("status", first.status_arg())),
@@ -483,12 +483,13 @@ mod tests {
     }
 
     #[test]
-    fn the_first_calls_answer_through_a_lost_redis_is_the_charge_or_a_5xx() {
+    fn the_first_calls_answer_through_a_lost_redis_is_the_charge_or_one_the_client_retries() {
         let charges = [row("ch_16")];
         for fine in [
             answer(Some(200), Some("ch_16")),
             answer(Some(503), None),
             answer(Some(500), None),
+            answer(Some(409), None),
             answer(None, None),
         ] {
             assert_eq!(
@@ -496,7 +497,11 @@ mod tests {
                 "pass"
             );
         }
-        for wrong in [answer(Some(409), None), answer(Some(200), Some("ch_99"))] {
+        for wrong in [
+            answer(Some(422), None),
+            answer(Some(400), None),
+            answer(Some(200), Some("ch_99")),
+        ] {
             assert_eq!(
                 key_of(answered_through_the_loss(Some(&wrong), &charges)),
                 "broke.lost_store_status"
