@@ -19,13 +19,13 @@
 //! | `in-flight`       | the first call held inside the provider; the duplicate and one with another amount sent beside it, not waited on | one charge; the duplicate 409 with `Retry-After`, or (having waited) the first Charge replayed; the other amount 422 or 409 |
 //! | `lost-answer`     | the provider charges, its answer is lost on the way back; the client retries | one charge                                  |
 //! | `tenants`         | two tenants, one client key, the manifest's provider                     | two charges, each tenant its own Charge        |
-//! | `result-ttl`      | one payment; what it wrote under KEY_PREFIX (a SCAN before and after), read with `PTTL` | the record that holds the Charge lives the manifest's retry window |
+//! | `result-ttl`      | one payment; what it wrote under KEY_PREFIX (a SCAN before and after), read with `PTTL`; nothing written: the payment again | the record that holds the Charge lives the manifest's retry window (nothing written and not replayed: not stored) |
 //! | `shared-records`  | a second instance beside the first: a payment at one replayed at the other; the first held in the provider, its duplicate at the other | one charge each; the replay, and 409 or the replay for the duplicate |
 //! | `redis-blip`      | the Redis link cut for a moment and restored; the next payment held in the provider, its duplicate sent | one charge: the next payment was protected (blamed on the blip only when Redis held nothing of it) |
 //! | `redis-down`      | the Redis link cut; two calls with one key                               | 503 (fail closed) or one charge (a provider that deduplicates) |
 //! | `slow-provider`   | the first call held in the provider past the learner's lease (until its reservation is gone from Redis, or 1.5 leases); its duplicate sent | one charge (renewal, or the provider's key) |
-//! | `redis-lost`      | the first call held in the provider, Redis cut, the call let go (its result cannot be stored), Redis back; the client retries | one charge, and the retries end in the Charge |
-//! | `crash`           | the first call held in the provider, the service killed and started again; the client retries | one charge, and the retries end in the Charge (a reservation that never expires blocks the payment for ever) |
+//! | `redis-lost`      | the first call held in the provider, Redis cut, the call let go (its result cannot be stored), Redis back; the client retries for three leases | one charge, and the retries end in the Charge (a reservation without expiry is named) |
+//! | `crash`           | the first call held in the provider, the service killed and started again; the client retries for three leases | one charge, and the retries end in the Charge (a reservation without expiry is named) |
 //!
 //! The provider removes duplicates by key where the lesson's integration contract counts on it
 //! (`lost-answer`, `tenants`, `redis-down`, `slow-provider`, `redis-lost`, `crash`), unless the

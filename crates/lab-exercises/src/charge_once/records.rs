@@ -121,6 +121,12 @@ pub(super) fn result_lives(found: &ResultRecords, window: u64, prefix: &str) -> 
     };
     let window_ms = i64::try_from(window.saturating_mul(1000)).unwrap_or(i64::MAX);
     if read.pttl < window_ms - TTL_SLACK_MS {
+        // What was seen, when it is that: the window cut down to whole minutes.
+        let key = if in_whole_minutes_below(read.pttl, window) {
+            broke("ttl_whole_minutes")
+        } else {
+            key
+        };
         return fail(
             key.arg("key", longest.as_str())
                 .arg("seconds", read.pttl.max(0) / 1000)
@@ -128,6 +134,17 @@ pub(super) fn result_lives(found: &ResultRecords, window: u64, prefix: &str) -> 
         );
     }
     Ok(())
+}
+
+/// Whether a record living `pttl` ms is one of `window` seconds rounded down to whole minutes
+/// (read a moment after it was written): a window that is not whole minutes, and a life of the
+/// whole minutes below it.
+pub(super) fn in_whole_minutes_below(pttl: i64, window: u64) -> bool {
+    let minutes_ms = i64::try_from(window / 60 * 60_000).unwrap_or(i64::MAX);
+    !window.is_multiple_of(60)
+        && minutes_ms > 0
+        && pttl <= minutes_ms
+        && pttl > minutes_ms - TTL_SLACK_MS
 }
 
 /// The first key outside KEY_PREFIX, among the keys written on the server during a payment,
@@ -280,6 +297,36 @@ mod tests {
         assert_eq!(
             verdict(result_lives(&ResultRecords::Nothing, 3600, "p:")),
             ("unknown".into(), "unknown.nothing_written".into())
+        );
+    }
+
+    #[test]
+    fn a_window_cut_down_to_whole_minutes_is_named_only_when_that_is_what_was_seen() {
+        // 90 s kept as one minute, read a moment later.
+        assert!(in_whole_minutes_below(59_870, 90));
+        assert!(
+            !in_whole_minutes_below(59_870, 3600),
+            "an hour is whole minutes"
+        );
+        assert!(
+            !in_whole_minutes_below(30_000, 90),
+            "30 s is not 90 s rounded down"
+        );
+        assert!(
+            !in_whole_minutes_below(20_000, 30),
+            "no whole minute below 30 s"
+        );
+        let after = records(&[("p:r", 59_870, "ch_9")]);
+        let found = result_records(&Records::default(), &after, "ch_9");
+        assert_eq!(
+            verdict(result_lives(&found, 90, "p:")),
+            ("fail".into(), "broke.ttl_whole_minutes".into())
+        );
+        let after = records(&[("p:r", 29_870, "ch_9")]);
+        let found = result_records(&Records::default(), &after, "ch_9");
+        assert_eq!(
+            verdict(result_lives(&found, 90, "p:")),
+            ("fail".into(), "broke.ttl_short".into())
         );
     }
 

@@ -33,9 +33,12 @@ const DUPLICATE_PATIENCE_MIN: Duration = Duration::from_secs(1);
 /// How often the lab looks at the duplicates (and at the held call) while it waits.
 const LOOK: Duration = Duration::from_millis(25);
 /// The longest pause between a client's retries (a `Retry-After` longer than this is cut to
-/// it), and the pause when the answer gives none.
-const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
-const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// it: the header is advice, and the check waits for a lease to run out, not a second more),
+/// and the pause when the answer gives none.
+const RETRY_PAUSE_MAX: Duration = Duration::from_millis(500);
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+/// The shortest pause (a `Retry-After: 0` does not make the client spin).
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(50);
 
 /// The first call of a moment, held in the provider once it has charged.
 pub(super) struct Held {
@@ -120,14 +123,15 @@ pub(super) fn duplicate_patience(reached_in: Duration) -> Duration {
 }
 
 /// How long a client waits before it retries, after `answer`: its `Retry-After` (whole
-/// seconds), at most [`RETRY_PAUSE_MAX`]; [`RETRY_PAUSE`] when it gives none.
+/// seconds) within [`RETRY_PAUSE_MIN`] and [`RETRY_PAUSE_MAX`]; [`RETRY_PAUSE`] when it gives
+/// none (or one the lab cannot read).
 pub(super) fn retry_pause(answer: &Sent) -> Duration {
     answer
         .retry_after
         .as_deref()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .map_or(RETRY_PAUSE, |secs| {
-            Duration::from_secs(secs).min(RETRY_PAUSE_MAX)
+            Duration::from_secs(secs).clamp(RETRY_PAUSE_MIN, RETRY_PAUSE_MAX)
         })
 }
 
@@ -465,7 +469,8 @@ mod tests {
         assert!(retries_after(&answer(None, None)));
         assert!(!retries_after(&answer(Some(200), Some("ch_1"))));
         assert!(!retries_after(&answer(Some(422), None)));
-        assert_eq!(retry_pause(&conflict(Some("1"))), Duration::from_secs(1));
+        assert_eq!(retry_pause(&conflict(Some("0"))), RETRY_PAUSE_MIN);
+        assert_eq!(retry_pause(&conflict(Some("1"))), RETRY_PAUSE_MAX);
         assert_eq!(retry_pause(&conflict(Some("30"))), RETRY_PAUSE_MAX);
         assert_eq!(retry_pause(&conflict(None)), RETRY_PAUSE);
         assert_eq!(retry_pause(&conflict(Some("soon"))), RETRY_PAUSE);
