@@ -106,6 +106,26 @@ impl LabProvider {
         };
         Ok((charges, line))
     }
+
+    /// Every `POST /charges` it answered, oldest first: the key each caller sent, and the charge
+    /// it got back.
+    pub async fn requests(&self) -> Result<Vec<provider::ChargeCall>, ExerciseError> {
+        #[derive(Deserialize)]
+        struct Listed {
+            requests: Vec<provider::ChargeCall>,
+        }
+        let listed: Listed = self
+            .http
+            .get(format!("{}/requests", self.url))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(ExerciseError::http("provider's requests"))?
+            .json()
+            .await
+            .map_err(ExerciseError::http("provider's requests"))?;
+        Ok(listed.requests)
+    }
 }
 
 /// A call held at a checkpoint of one of the lab's services, or what happened instead.
@@ -172,6 +192,57 @@ pub async fn scan(
     found.sort();
     found.dedup();
     Ok(found)
+}
+
+/// One Redis key as the lab read it: how long it still lives, and its value as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRead {
+    /// `PTTL`: milliseconds left, `-1` for a key without expiry, `-2` for one that is gone.
+    pub pttl: i64,
+    /// The value, whatever its type, as text: a string's bytes, a hash's fields and values, a
+    /// list's, a set's or a sorted set's members, one per line (lossy UTF-8; empty for a stream
+    /// or a key that is gone).
+    pub value: String,
+}
+
+/// Reads `key`: its `PTTL` and its value as text (see [`KeyRead`]).
+pub async fn read_key(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> Result<KeyRead, ExerciseError> {
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query_async(conn).await?;
+    let kind: String = redis::cmd("TYPE").arg(key).query_async(conn).await?;
+    let parts: Vec<Vec<u8>> = match kind.as_str() {
+        "string" => {
+            let value: Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(conn).await?;
+            value.into_iter().collect()
+        }
+        "hash" => redis::cmd("HGETALL").arg(key).query_async(conn).await?,
+        "list" => {
+            redis::cmd("LRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .query_async(conn)
+                .await?
+        }
+        "set" => redis::cmd("SMEMBERS").arg(key).query_async(conn).await?,
+        "zset" => {
+            redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .query_async(conn)
+                .await?
+        }
+        _ => Vec::new(),
+    };
+    let value = parts
+        .iter()
+        .map(|part| String::from_utf8_lossy(part).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(KeyRead { pttl, value })
 }
 
 /// `key` as a literal inside a SCAN pattern.

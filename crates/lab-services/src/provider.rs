@@ -11,6 +11,7 @@
 //! | the same key again, dedup off             | 201, a new charge: the money moves twice          |
 //! | `GET /charges?key=K`                      | the charges made under K (a status query)         |
 //! | `GET /charges`                            | every charge and the count                        |
+//! | `GET /requests`                           | every `POST /charges` it got (the latest 10,000): the key sent, the order, and the charge it answered with |
 //! | `PUT /config {"dedup_by_key": true}`      | switches deduplication for this provider          |
 //!
 //! A caller whose answer was lost cannot know whether the money moved; the lesson's point is that
@@ -19,8 +20,11 @@
 //! provider's `provider.charged` checkpoint.
 //!
 //! The charges live in memory: a provider is one process of the run, and its counter is read over
-//! HTTP, as a real provider's dashboard would be.
+//! HTTP, as a real provider's dashboard would be. So do the requests it got: the lab's exercises
+//! read them to name what a learner's service sent (two tenants' payments under one provider
+//! key show as two requests answered with one charge).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -101,10 +105,30 @@ pub struct ChargeAnswer {
     pub replayed: bool,
 }
 
-/// The provider's state: its charges, its dedup switch, and the lab's hooks.
+/// A `POST /charges` the provider answered: what the caller sent, and the charge it got back
+/// (a new one, or the one its key had already made).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ChargeCall {
+    /// The caller's key, when it sent one.
+    pub key: Option<String>,
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+    /// The charge it answered with.
+    pub charge_id: String,
+    /// It answered with a charge made before (dedup on, a key seen already).
+    pub replayed: bool,
+}
+
+/// How many requests the provider remembers: the latest, for the lab's reads; older ones go.
+pub const REQUESTS_KEPT: usize = 10_000;
+
+/// The provider's state: its charges, the requests it answered, its dedup switch, and the lab's
+/// hooks.
 #[derive(Clone)]
 pub struct Provider {
     charges: Arc<Mutex<Vec<Charge>>>,
+    requests: Arc<Mutex<VecDeque<ChargeCall>>>,
     dedup_by_key: Arc<AtomicBool>,
     voice: Voice,
     checkpoints: Checkpoints,
@@ -114,6 +138,7 @@ impl Provider {
     pub fn from_env(env: ServiceEnv) -> Result<Provider, ServiceError> {
         Ok(Provider {
             charges: Arc::default(),
+            requests: Arc::default(),
             dedup_by_key: Arc::default(),
             voice: env.voice,
             checkpoints: env.checkpoints,
@@ -123,6 +148,7 @@ impl Provider {
     pub fn router(self) -> Router {
         Router::new()
             .route("/charges", post(create_charge).get(list_charges))
+            .route("/requests", get(list_requests))
             .route("/config", put(set_config).get(get_config))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .fallback(not_found)
@@ -207,6 +233,20 @@ async fn create_charge(
             }
         }
     };
+    {
+        let mut requests = provider.requests.lock();
+        if requests.len() == REQUESTS_KEPT {
+            requests.pop_front();
+        }
+        requests.push_back(ChargeCall {
+            key: key.clone(),
+            order_id: req.order_id.clone(),
+            amount: req.amount,
+            currency: req.currency.clone(),
+            charge_id: charge.charge_id.clone(),
+            replayed,
+        });
+    }
     tracing::info!(
         charge_id = charge.charge_id,
         amount = charge.amount,
@@ -250,6 +290,13 @@ async fn list_charges(
         .cloned()
         .collect();
     Json(json!({"count": charges.len(), "charges": charges}))
+}
+
+/// `GET /requests`: every `POST /charges` it answered (the latest [`REQUESTS_KEPT`]), oldest
+/// first.
+async fn list_requests(State(provider): State<Provider>) -> Json<serde_json::Value> {
+    let requests: Vec<ChargeCall> = provider.requests.lock().iter().cloned().collect();
+    Json(json!({"count": requests.len(), "requests": requests}))
 }
 
 /// The provider's switches.

@@ -142,3 +142,74 @@ async fn malformed_requests_get_a_4xx_with_a_json_body() {
     assert_eq!(count(&http, &url, "").await, 0, "no charge from bad input");
     service.stop().await;
 }
+
+#[tokio::test]
+async fn every_request_is_kept_with_the_key_it_sent_and_the_charge_it_got() {
+    let service = start().await;
+    let (url, http) = (service.url(), reqwest::Client::new());
+    http.put(format!("{url}/config"))
+        .json(&json!({"dedup_by_key": true}))
+        .send()
+        .await
+        .unwrap();
+    let (_, first) = charge(&http, &url, "shared").await;
+    // Another order under the same key: the provider answers with the first order's charge.
+    let other = http
+        .post(format!("{url}/charges"))
+        .header("Idempotency-Key", "shared")
+        .json(&json!({"order_id": "order-2", "amount": 2490, "currency": "RUB"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+    let listed: Value = http
+        .get(format!("{url}/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["count"], 2);
+    let requests = listed["requests"].as_array().unwrap();
+    assert_eq!(requests[0]["order_id"], "order-1");
+    assert_eq!(requests[0]["replayed"], false);
+    assert_eq!(requests[1]["order_id"], "order-2");
+    assert_eq!(requests[1]["key"], "shared");
+    assert_eq!(requests[1]["charge_id"], first["charge_id"]);
+    assert_eq!(requests[1]["replayed"], true);
+    assert_eq!(count(&http, &url, "").await, 1, "one charge, two requests");
+    service.stop().await;
+}
+
+/// What the exercises' checks rely on to see a learner's service give up on a charge the lab
+/// holds: the held handler is dropped when its caller's connection closes.
+#[tokio::test]
+async fn a_held_charge_is_abandoned_when_its_caller_goes_away() {
+    let checkpoints = lab_core::Checkpoints::new();
+    let env = ServiceEnv::default().with_checkpoints(checkpoints.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let service = launch(&provider::SPEC, env, listener).unwrap();
+    let url = service.url();
+    let hold = checkpoints.hold(provider::CHARGED);
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let call = tokio::spawn(async move {
+        client
+            .post(format!("{url}/charges"))
+            .header("Idempotency-Key", "k")
+            .json(&body())
+            .send()
+            .await
+    });
+    let limit = std::time::Duration::from_secs(10);
+    hold.entered(limit).await.unwrap();
+    assert!(call.await.unwrap().is_err(), "the caller gave up");
+    hold.abandoned(limit)
+        .await
+        .expect("the handler was dropped");
+    hold.release();
+    service.stop().await;
+}

@@ -97,9 +97,10 @@ async def charge(payment: Payment, provider_key: str) -> Charge:
     response = await provider.post(
         "/charges",
         json={"order_id": str(payment.order_id), "amount": payment.amount, "currency": payment.currency},
-        # TODO(lost-answer, redis-down, slow-provider): give the provider its own key,
-        # headers={"Idempotency-Key": provider_key}, so it can refuse a second charge when
-        # Redis could not (its answer was lost, Redis was down, the lease ran out).
+        # TODO(lost-answer, redis-down, slow-provider, redis-lost, crash): give the provider
+        # its own key, headers={"Idempotency-Key": provider_key}, so it can refuse a second
+        # charge when Redis could not (its answer was lost, Redis was down or lost before the
+        # Charge was stored, the lease ran out, the service crashed mid-charge).
     )
     response.raise_for_status()
     body = response.json()
@@ -107,10 +108,11 @@ async def charge(payment: Payment, provider_key: str) -> Charge:
 
 
 async def charge_once(coordinator, charge, payment: Payment, key: str) -> Charge:
-    # TODO(replay, changed-payment, in-flight, result-ttl): charge through the coordinator.
-    # The operation names the tenant (payment.charge.<tenant hex>), so tenants never share
-    # keys; the fingerprint covers what must not change between retries (order_id, amount,
-    # currency); the Charge is kept RESULT_TTL_SECONDS. The provider's key is made of the
+    # TODO(replay, changed-payment, in-flight, result-ttl, shared-records): charge through the
+    # coordinator, which keeps its records in Redis, where every instance of the service sees
+    # them. The operation names the tenant (payment.charge.<tenant hex>), so tenants never
+    # share keys; the fingerprint covers what must not change between retries (order_id,
+    # amount, currency); the Charge is kept RESULT_TTL_SECONDS. The provider's key is made of the
     # operation and the client's key, the same on every attempt.
     provider_key = f"payment.charge.{payment.tenant_id.hex}.{key}"
     return await charge(payment, provider_key)

@@ -118,9 +118,10 @@ async fn charge(
     let response = service
         .http
         .post(format!("{}/charges", service.provider_url))
-        // TODO(lost-answer, redis-down, slow-provider): give the provider its own key,
-        // `.header("Idempotency-Key", provider_key)`, so it can refuse a second charge when
-        // Redis could not (its answer was lost, Redis was down, the lease ran out).
+        // TODO(lost-answer, redis-down, slow-provider, redis-lost, crash): give the provider
+        // its own key, `.header("Idempotency-Key", provider_key)`, so it can refuse a second
+        // charge when Redis could not (its answer was lost, Redis was down or lost before the
+        // Charge was stored, the lease ran out, the service crashed mid-charge).
         .json(&json!({
             "order_id": payment.order_id,
             "amount": payment.amount,
@@ -170,9 +171,10 @@ async fn pay(State(service): State<Service>, headers: HeaderMap, Body(payment): 
         "currency": payment.currency,
     }));
     let request = idem::Request::new(&operation, key, RESULT_TTL).fingerprint(&fingerprint);
-    // TODO(replay, changed-payment, in-flight, result-ttl): charge through the coordinator,
-    // `service.coordinator.coordinate(request, |_fence| charge(...))`, which reserves the key,
-    // compares the fingerprint and stores the Charge for RESULT_TTL. Now the charge runs bare.
+    // TODO(replay, changed-payment, in-flight, result-ttl, shared-records): charge through the
+    // coordinator, `service.coordinator.coordinate(request, |_fence| charge(...))`, which
+    // reserves the key in Redis, compares the fingerprint and stores the Charge for RESULT_TTL,
+    // where every instance of the service sees them. Now the charge runs bare.
     let _ = (&service.coordinator, request);
     let result = match charge(&service, &payment, &provider_key).await {
         Ok(value) => Ok(idem::Coordinated {
