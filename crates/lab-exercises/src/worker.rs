@@ -212,8 +212,9 @@ enum Reached {
     Held,
     /// It exited first: its exit code.
     Exited(Option<i32>),
-    /// It neither got there nor exited within the bound (it is killed).
-    Never,
+    /// It neither got there nor exited within the bound (it is killed): whether one of the
+    /// worker's sessions was waiting for a lock then.
+    Never { blocked: bool },
 }
 
 impl Worker {
@@ -294,13 +295,16 @@ impl Worker {
         who: &'static str,
         held: impl Future<Output = Result<(), NotReached>>,
     ) -> Reached {
+        // The hold's bound ends the wait; the job's is only a backstop, so a worker still
+        // running is looked at before it is killed.
         let exit = tokio::select! {
             entered = held => match entered {
                 Ok(()) => return Reached::Held,
                 Err(_) => Err(()),
             },
-            exit = self.rig.finish_job(who, REACH_LIMIT) => exit,
+            exit = self.rig.finish_job(who, REACH_LIMIT * 2) => exit,
         };
+        let blocked = exit.is_err() && self.blocked_sessions().await.unwrap_or(0) > 0;
         self.rig.kill_job(who).await;
         let exit = Exit::of(exit);
         self.exits.push((who, exit));
@@ -316,9 +320,28 @@ impl Worker {
                         .arg("who", who)
                         .arg("seconds", REACH_LIMIT.as_secs()),
                 );
-                Reached::Never
+                Reached::Never { blocked }
             }
         }
+    }
+
+    /// The workers of the check still running, each looked at without waiting (one poll of its
+    /// wait); an exit seen is kept.
+    fn running(&mut self) -> Vec<&'static str> {
+        let mut running = Vec::new();
+        for who in WORKERS {
+            if self.exits.iter().any(|(name, _)| *name == who) {
+                continue;
+            }
+            let Some(job) = self.rig.job(who) else {
+                continue;
+            };
+            match futures_util::FutureExt::now_or_never(job.finish(WORKER_LIMIT)) {
+                Some(exit) => self.exits.push((who, Exit::of(exit))),
+                None => running.push(who),
+            }
+        }
+        running
     }
 
     /// Puts the calls `who`'s door saw, since the schedule last told them, in the schedule.
@@ -588,12 +611,8 @@ impl Worker {
                     unknown(said)
                 }
             }
-            Reached::Never => {
-                let key = if self.blocked_sessions().await? > 0 {
-                    "blocked"
-                } else {
-                    "never_reached"
-                };
+            Reached::Never { blocked } => {
+                let key = if blocked { "blocked" } else { "never_reached" };
                 unknown(
                     undecided(key)
                         .arg("who", who)
@@ -809,7 +828,7 @@ async fn held_task(w: &mut Worker) -> Judged {
     let hold_b = w.door("B").checkpoints.hold_all(DOOR);
     w.launch("B", task, LEASE_SECONDS).await?;
     let reached = w.reach("B", hold_b.entered(REACH_LIMIT)).await;
-    if matches!(reached, Reached::Never) {
+    if matches!(reached, Reached::Never { .. }) {
         return w.not_held("B", task, reached, false).await;
     }
     if matches!(reached, Reached::Held) {
@@ -842,6 +861,13 @@ async fn claim_race(w: &mut Worker) -> Judged {
         .fetch_one(&mut *lock)
         .await?;
     w.step(Msg::new("step.race_lock"));
+    // Every call is held at its door: a worker that won its claim stays inside its call, so
+    // the other's claim is decided while the winner holds the task, however the two are
+    // scheduled once they go on.
+    let holds = [
+        w.door("A").checkpoints.hold_all(DOOR),
+        w.door("B").checkpoints.hold_all(DOOR),
+    ];
     w.step(Msg::new("step.race_run").arg("task", task));
     for who in WORKERS {
         w.launch(who, task, LEASE_SECONDS).await?;
@@ -849,18 +875,7 @@ async fn claim_race(w: &mut Worker) -> Judged {
     let started = Instant::now();
     let (waiting, running) = loop {
         let waiting = w.behind(lab).await?;
-        let mut running = 0;
-        for who in WORKERS {
-            if w.exits.iter().any(|(name, _)| *name == who) {
-                continue;
-            }
-            // Whether it has exited, without waiting: one poll of its wait.
-            let job = w.rig.job(who).expect("launched");
-            match futures_util::FutureExt::now_or_never(job.finish(WORKER_LIMIT)) {
-                Some(exit) => w.exits.push((who, Exit::of(exit))),
-                None => running += 1,
-            }
-        }
+        let running = w.running().len() as i64;
         if waiting >= running {
             break (waiting, running);
         }
@@ -882,18 +897,47 @@ async fn claim_race(w: &mut Worker) -> Judged {
     );
     lock.commit().await?;
     w.step(Msg::new("step.race_release"));
+    // Each claim is decided: its worker is inside its call, or gone.
+    let started = Instant::now();
+    let held = loop {
+        let running = w.running();
+        let held: Vec<&str> = WORKERS
+            .into_iter()
+            .zip(&holds)
+            .filter(|(_, hold)| hold.arrivals() > 0)
+            .map(|(who, _)| who)
+            .collect();
+        if running.iter().all(|who| held.contains(who)) {
+            break held;
+        }
+        if started.elapsed() > REACH_LIMIT {
+            let who = running.into_iter().find(|who| !held.contains(who));
+            let who = who.expect("a worker neither held nor gone");
+            let blocked = w.blocked_sessions().await? > 0;
+            w.rig.kill_job(who).await;
+            return w
+                .not_held(who, task, Reached::Never { blocked }, false)
+                .await;
+        }
+        tokio::time::sleep(STATE_POLL).await;
+    };
     for who in WORKERS {
-        let exit = w.finish(who, WORKER_LIMIT).await;
-        w.told_exit(who, exit);
+        if !held.contains(&who) {
+            let exit = w.finish(who, WORKER_LIMIT).await;
+            w.told_exit(who, exit);
+        }
+    }
+    w.step(Msg::new("step.race_held").arg("held", held.len()));
+    let claimed = w.task_state(task).await?.row;
+    judge_race(&claimed, &held)?;
+    for (who, hold) in WORKERS.into_iter().zip(holds) {
+        if held.contains(&who) {
+            w.let_go(who, hold).await;
+        }
     }
     let rows = w.reports(task).await?;
     let row = w.task_state(task).await?.row;
-    let callers: Vec<&str> = WORKERS
-        .into_iter()
-        .filter(|who| !w.door(who).calls().is_empty())
-        .collect();
-    judge_race(&row, &callers)?;
-    for who in callers {
+    for who in held {
         w.judge_calls(who, task).await?;
     }
     judge_done(&row, &rows, 1)
