@@ -899,6 +899,7 @@ async fn claim_race(w: &mut Worker) -> Judged {
     w.step(Msg::new("step.race_release"));
     // Each claim is decided: its worker is inside its call, or gone.
     let started = Instant::now();
+    let mut first_seen = false;
     let held = loop {
         let running = w.running();
         let held: Vec<&str> = WORKERS
@@ -907,6 +908,18 @@ async fn claim_race(w: &mut Worker) -> Judged {
             .filter(|(_, hold)| hold.arrivals() > 0)
             .map(|(who, _)| who)
             .collect();
+        // The first worker inside its call must have its claim there for the other to see
+        // (a claim left open across the call would keep the other waiting on its lock).
+        if let Some(first) = held.first()
+            && !first_seen
+        {
+            first_seen = true;
+            w.step(Msg::new("step.held").arg("who", *first));
+            let state = w.task_state(task).await?;
+            if state.row.status == "pending" {
+                judge_claim(first, &state, 1, true)?;
+            }
+        }
         if running.iter().all(|who| held.contains(who)) {
             break held;
         }
