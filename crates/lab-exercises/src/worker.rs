@@ -12,7 +12,12 @@
 //! | `expired-lease`       | A (a lease of 2 s) held at its door until its lease runs out by the clock; nobody claims; A let go | the lease is LEASE_SECONDS long; strict: A's result refused, nothing of it written; non-strict: accepted |
 //! | `no-open-transaction` | A held at its door                                                           | no session of the worker's role `idle in transaction` meanwhile |
 //! | `held-task`           | A held at its door, its lease running; B runs for the same task              | B does not claim it (attempts unchanged, no call from B) |
-//! | `claim-race`          | the lab locks `tasks` against writes; A and B run for one task and both wait at the lock; the lab lets go | one claim wins: attempts 1, one worker calls |
+//! | `claim-race`          | the lab locks `tasks` against writes; A and B run for one task, their calls held at their doors; both wait at the lock; the lab lets go | one claim wins: attempts 1, one worker inside its call |
+//!
+//! `claim-race` needs no seeded rounds: under the lab's SHARE lock each worker reads what it
+//! likes and waits at its first write, so both have read the task free before either writes; and
+//! the winner stays held inside its call, so the loser's claim meets a task held under a running
+//! lease however the two are scheduled afterwards.
 //!
 //! Every check starts with empty `tasks` and `reports` (the run's own tables), so no check sees
 //! another's reports, and each replay line reproduces its verdict.
@@ -280,12 +285,12 @@ impl Worker {
     }
 
     /// Runs worker `who` on `task` to its end, told in the schedule.
-    async fn run_worker(&mut self, who: &'static str, task: i64) -> Result<Exit, ExerciseError> {
+    async fn run_worker(&mut self, who: &'static str, task: i64) -> Result<(), ExerciseError> {
         self.step(Msg::new("step.run").arg("who", who).arg("task", task));
         self.launch(who, task, LEASE_SECONDS).await?;
         let exit = self.finish(who, WORKER_LIMIT).await;
         self.told_exit(who, exit);
-        Ok(exit)
+        Ok(())
     }
 
     /// Waits until `held` (a hold's `entered`) says a call of `who` is held, or `who` exits
