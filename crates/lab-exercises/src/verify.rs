@@ -105,6 +105,11 @@ pub struct Plan {
     pub design_seeds: u32,
     /// A venv with the Python exercises' requirements, linked into each Python project.
     pub python_venv: Option<PathBuf>,
+    /// How many projects are checked at once. Each has a run space of its own on the shared
+    /// servers, and a check waits far more than it computes (for holds, leases, a program's
+    /// start), so a few at a time use a small machine's cores without changing a verdict: the
+    /// checks stage their moments from state, never from how fast the machine is.
+    pub jobs: usize,
 }
 
 /// How a run of `verify` went.
@@ -114,7 +119,15 @@ pub struct Tally {
     pub runs: usize,
 }
 
-/// Runs `plan` on `servers` in `scratch`, telling each line to `say`.
+/// One project to check, and what it must get.
+struct Unit<'a> {
+    project: Project<'a>,
+    /// The design's expectations; `None` for a starter or a solution.
+    design: Option<Design>,
+}
+
+/// Runs `plan` on `servers` in `scratch`, telling each line to `say`: the projects are checked
+/// `plan.jobs` at a time, and each one's lines are told together, in the plan's order.
 pub async fn verify(
     servers: &Servers,
     words: &Words,
@@ -122,12 +135,15 @@ pub async fn verify(
     scratch: &Path,
     say: &mut dyn FnMut(String),
 ) -> Result<Tally, ExerciseError> {
+    use futures_util::stream::{self, StreamExt as _};
+
     say(words.common(
         Msg::new("verify.heading")
             .arg("seeds", plan.seeds)
             .arg("design_seeds", plan.design_seeds),
     ));
     let mut tally = Tally::default();
+    let mut units = Vec::new();
     for exercise in &plan.exercises {
         tally.disagreements += readme_disagreements(words, exercise, say);
         for lang in exercise.langs {
@@ -137,7 +153,8 @@ pub async fn verify(
                 // different names), so the dependencies build once per side. Never one for a
                 // starter and its solution: they are one crate (one name, one version) in two
                 // folders, and Cargo, which hashes a workspace's own crate by its path inside
-                // the workspace, would take one's build for the other's.
+                // the workspace, would take one's build for the other's. Two builds in one
+                // folder at once wait for each other (Cargo locks it).
                 let target = scratch.join(format!("cargo-target-{}", side.word()));
                 crate::files::write_side(exercise, lang, &side.word(), &dir)?;
                 let project = Project {
@@ -147,8 +164,10 @@ pub async fn verify(
                     dir,
                     target: Some(target),
                 };
-                tally = tally
-                    .add(verify_project(servers, words, &project, plan.seeds, plan, say).await?);
+                units.push(Unit {
+                    project,
+                    design: None,
+                });
             }
         }
         for design in designs(exercise)? {
@@ -165,8 +184,39 @@ pub async fn verify(
                 dir,
                 target: None,
             };
-            tally = tally.add(verify_design(servers, words, &project, &design, plan, say).await?);
+            units.push(Unit {
+                project,
+                design: Some(design),
+            });
         }
+    }
+    let mut results = stream::iter(units.iter())
+        .map(|unit| async move {
+            let mut lines = Vec::new();
+            let tally = match &unit.design {
+                None => {
+                    verify_project(servers, words, &unit.project, plan.seeds, plan, &mut |l| {
+                        lines.push(l)
+                    })
+                    .await
+                }
+                Some(design) => {
+                    verify_design(servers, words, &unit.project, design, plan, &mut |l| {
+                        lines.push(l)
+                    })
+                    .await
+                }
+            };
+            (tally, lines)
+        })
+        .buffered(plan.jobs.max(1));
+    while let Some((unit_tally, lines)) = results.next().await {
+        for line in lines {
+            say(line);
+        }
+        tally = tally.add(unit_tally?);
+    }
+    for exercise in &plan.exercises {
         if exercise.name == crate::charge_once::EXERCISE.name
             && exercise.langs.contains(&"python")
             && exercise.langs.contains(&"rust")

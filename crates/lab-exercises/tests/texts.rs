@@ -123,6 +123,10 @@ fn every_message_the_source_names_has_a_text() {
             "lab-side" => vec!["charge-once", "relay"],
             _ => vec![lab_core::text::COMMON],
         };
+        // The documentation's example exercise says its words in the recipe, not here.
+        if name == "hello-example" {
+            continue;
+        }
         let source = std::fs::read_to_string(&path).unwrap();
         // Test modules make up keys of their own.
         let source = source.split("#[cfg(test)]").next().unwrap();

@@ -161,6 +161,7 @@ pub async fn exercise_command(
             seeds,
             design_seeds,
             python_venv,
+            jobs,
         } => {
             let exercises: Vec<&'static Exercise> = match name {
                 Some(name) => vec![exercise(name)?],
@@ -171,6 +172,7 @@ pub async fn exercise_command(
                 seeds: *seeds,
                 design_seeds: design_seeds.unwrap_or(*seeds),
                 python_venv: python_venv.clone(),
+                jobs: usize::from(*jobs),
             };
             let session = Session::open(options, library?, Mode::Headless);
             verify(&session, &words, &plan).await
