@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use lab_core::{Checkpoints, Msg};
+use lab_services::admin::Admin;
 use lab_services::provider::{self, ProviderConfig};
 use lab_services::spec::{RunningService, ServiceEnv, ServiceSpec};
-use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use crate::call::{Call, send};
@@ -59,12 +59,9 @@ impl LabProvider {
 
     /// Switches its deduplication by key; the step that says so.
     pub async fn dedup(&self, on: bool) -> Result<Line, ExerciseError> {
-        self.http
-            .put(format!("{}/config", self.url))
-            .json(&ProviderConfig { dedup_by_key: on })
-            .send()
+        self.admin()
+            .configure(&ProviderConfig { dedup_by_key: on })
             .await
-            .and_then(reqwest::Response::error_for_status)
             .map_err(ExerciseError::http("provider's switch"))?;
         Ok(Line::Step(Msg::new(if on {
             "step.provider_dedup"
@@ -75,22 +72,11 @@ impl LabProvider {
 
     /// The charges it made for `order`, as a schedule line too.
     pub async fn charges(&self, order: &str) -> Result<(Vec<ChargeRow>, Line), ExerciseError> {
-        #[derive(Deserialize)]
-        struct Listed {
-            charges: Vec<provider::Charge>,
-        }
-        let listed: Listed = self
-            .http
-            .get(format!("{}/charges", self.url))
-            .send()
+        let charges: Vec<ChargeRow> = self
+            .admin()
+            .charges(None)
             .await
-            .and_then(reqwest::Response::error_for_status)
             .map_err(ExerciseError::http("provider's charges"))?
-            .json()
-            .await
-            .map_err(ExerciseError::http("provider's charges"))?;
-        let charges: Vec<ChargeRow> = listed
-            .charges
             .into_iter()
             .filter(|c| c.order_id == order)
             .map(|c| ChargeRow {
@@ -110,21 +96,14 @@ impl LabProvider {
     /// Every `POST /charges` it answered, oldest first: the key each caller sent, and the charge
     /// it got back.
     pub async fn requests(&self) -> Result<Vec<provider::ChargeCall>, ExerciseError> {
-        #[derive(Deserialize)]
-        struct Listed {
-            requests: Vec<provider::ChargeCall>,
-        }
-        let listed: Listed = self
-            .http
-            .get(format!("{}/requests", self.url))
-            .send()
+        self.admin()
+            .charge_calls()
             .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(ExerciseError::http("provider's requests"))?
-            .json()
-            .await
-            .map_err(ExerciseError::http("provider's requests"))?;
-        Ok(listed.requests)
+            .map_err(ExerciseError::http("provider's requests"))
+    }
+
+    fn admin(&self) -> Admin<'_> {
+        Admin::new(&self.http, &self.url)
     }
 }
 

@@ -6,6 +6,7 @@
 use lab_core::{Checkpoints, Narrator};
 use lab_infra::RunSpace;
 use lab_services::ServiceSpec;
+use lab_services::admin::Admin;
 use lab_services::api::ConfigRequest;
 use lab_services::faults::Faults;
 use lab_services::stage::{ServiceHandle, Stage};
@@ -114,7 +115,15 @@ impl Ctx {
         spec: &ServiceSpec,
         change: &C,
     ) -> Result<C::Config, ScenarioError> {
-        let url = format!("http://{}/config", self.service(spec)?.direct);
-        Caller::new().put_json(&url, change).await
+        let base = self.direct_url(spec)?;
+        Ok(Admin::new(Caller::new().http(), &base)
+            .configure(change)
+            .await?)
+    }
+
+    /// A service's direct address (past any fault proxy) as a base URL, `http://127.0.0.1:PORT`:
+    /// where the lab reads its facts and flips its switches ([`Admin`]).
+    pub fn direct_url(&self, spec: &ServiceSpec) -> Result<String, ScenarioError> {
+        Ok(format!("http://{}", self.service(spec)?.direct))
     }
 }

@@ -29,7 +29,8 @@ use std::time::Duration;
 use faultproxy::{ArmedFault, Fault};
 use lab_core::Checkpoints;
 use lab_infra::{RunSpace, Servers};
-use lab_services::payments::{PaymentChange, PaymentConfig};
+use lab_services::admin::Admin;
+use lab_services::payments::PaymentChange;
 use lab_services::provider::ProviderConfig;
 use lab_services::relay::RelayConfig;
 use lab_services::{gateway, orders, payments, provider};
@@ -226,24 +227,25 @@ fn direct(stage: &Stage, spec: &lab_services::ServiceSpec) -> Result<String, Sce
 /// service, set directly (past the proxies, which carry the faults).
 async fn switch_protections(stage: &Stage, protections: bool) -> Result<(), ScenarioError> {
     let caller = Caller::new();
-    let config = |spec| Ok::<_, ScenarioError>(format!("{}/config", direct(stage, spec)?));
-    let _: RelayConfig = caller
-        .put_json(
-            &config(&orders::SPEC)?,
-            &RelayConfig {
-                mint_keys: !protections,
-            },
-        )
+    let relay = RelayConfig {
+        mint_keys: !protections,
+    };
+    Admin::new(caller.http(), &direct(stage, &orders::SPEC)?)
+        .configure(&relay)
         .await?;
     let guard = PaymentChange {
         key_guard: Some(protections),
         ..PaymentChange::default()
     };
-    let _: PaymentConfig = caller.put_json(&config(&payments::SPEC)?, &guard).await?;
+    Admin::new(caller.http(), &direct(stage, &payments::SPEC)?)
+        .configure(&guard)
+        .await?;
     let dedup = ProviderConfig {
         dedup_by_key: protections,
     };
-    let _: ProviderConfig = caller.put_json(&config(&provider::SPEC)?, &dedup).await?;
+    Admin::new(caller.http(), &direct(stage, &provider::SPEC)?)
+        .configure(&dedup)
+        .await?;
     Ok(())
 }
 
@@ -316,24 +318,22 @@ struct Paid {
 /// invariant.
 async fn measure(stage: &Stage, paid: Paid) -> Result<Iteration, ScenarioError> {
     let caller = Caller::new();
-    let charges: Value = caller
-        .get_json(&format!("{}/charges", direct(stage, &provider::SPEC)?))
+    let charges = Admin::new(caller.http(), &direct(stage, &provider::SPEC)?)
+        .charges(None)
         .await?;
-    let charges: Vec<Value> = charges["charges"].as_array().cloned().unwrap_or_default();
-    let stats: Value = caller
-        .get_json(&format!("{}/stats", direct(stage, &payments::SPEC)?))
+    let payments_calls = Admin::new(caller.http(), &direct(stage, &payments::SPEC)?)
+        .requests_received()
         .await?;
-    let payments_calls = stats["requests"].as_u64().unwrap_or_default();
 
     let violation = if charges.len() > 1 {
         Some(format!("{} charges for one key", charges.len()))
     } else if let Some(told) = &paid.told {
-        let ours = charges.first().map(|c| &c["charge_id"]);
-        (ours != Some(&told["charge_id"])).then(|| {
+        let ours = charges.first().map(|c| Value::from(c.charge_id.as_str()));
+        (ours.as_ref() != Some(&told["charge_id"])).then(|| {
             format!(
                 "the client was told charge {}, the provider has {}",
                 told["charge_id"],
-                ours.map_or("none".to_string(), Value::to_string)
+                ours.map_or("none".to_string(), |id| id.to_string())
             )
         })
     } else {

@@ -13,6 +13,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 /// An error answer of a bundled service.
@@ -339,4 +340,10 @@ mod tests {
         let (status, body) = call(br#"{"a": 1}"#.to_vec()).await;
         assert_eq!((status, body), (StatusCode::OK, json!({"a": 1})));
     }
+}
+
+/// `GET /stats` on the payment service or a relay: how many requests it received.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+pub struct Stats {
+    pub requests: u64,
 }

@@ -33,6 +33,7 @@
 //!   [`faults`]: the proxies of those hops (the embedded `faultproxy`, or a real Toxiproxy).
 //! - [`ALL`]: every bundled service, in the order `lab serve` gives them ports.
 
+pub mod admin;
 pub mod api;
 pub mod client;
 pub mod faults;

@@ -72,6 +72,13 @@ pub struct Email {
     pub key: Option<String>,
 }
 
+/// `GET /emails` on the mailer.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct EmailList {
+    pub count: usize,
+    pub emails: Vec<Email>,
+}
+
 /// The mailer's state: the emails it sent.
 #[derive(Clone)]
 pub struct Mailer {
@@ -167,7 +174,10 @@ async fn send(
 }
 
 /// `GET /emails`: every email sent, and the count.
-async fn list(State(mailer): State<Mailer>) -> Json<serde_json::Value> {
-    let sent = mailer.sent.lock().clone();
-    Json(json!({"count": sent.len(), "emails": sent}))
+async fn list(State(mailer): State<Mailer>) -> Json<EmailList> {
+    let emails = mailer.sent.lock().clone();
+    Json(EmailList {
+        count: emails.len(),
+        emails,
+    })
 }

@@ -50,7 +50,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
+use crate::api::{ApiError, JsonBody, Stats, method_not_allowed, not_found};
 use crate::provider::{self, Charge, ChargeAnswer, ChargeRequest};
 use crate::spec::{Checkpoint, RedisLink, ServiceEnv, ServiceError, ServiceSpec, Voice};
 
@@ -732,6 +732,8 @@ async fn get_config(State(service): State<Payments>) -> Json<PaymentConfig> {
 }
 
 /// `GET /stats`: how many payment requests this service received.
-async fn stats(State(service): State<Payments>) -> Json<serde_json::Value> {
-    Json(json!({"requests": service.requests.load(std::sync::atomic::Ordering::SeqCst)}))
+async fn stats(State(service): State<Payments>) -> Json<Stats> {
+    Json(Stats {
+        requests: service.requests.load(std::sync::atomic::Ordering::SeqCst),
+    })
 }

@@ -272,6 +272,20 @@ async fn create_charge(
     Ok((status, Json(ChargeAnswer { charge, replayed })).into_response())
 }
 
+/// `GET /charges[?key=K]` on the provider.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct ChargeList {
+    pub count: usize,
+    pub charges: Vec<Charge>,
+}
+
+/// `GET /requests` on the provider: every `POST /charges` it answered, oldest first.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct ChargeCallList {
+    pub count: usize,
+    pub requests: Vec<ChargeCall>,
+}
+
 #[derive(Debug, Deserialize)]
 struct ChargesQuery {
     key: Option<String>,
@@ -281,7 +295,7 @@ struct ChargesQuery {
 async fn list_charges(
     State(provider): State<Provider>,
     QueryParams(query): QueryParams<ChargesQuery>,
-) -> Json<serde_json::Value> {
+) -> Json<ChargeList> {
     let charges: Vec<Charge> = provider
         .charges
         .lock()
@@ -289,14 +303,20 @@ async fn list_charges(
         .filter(|c| query.key.is_none() || c.key == query.key)
         .cloned()
         .collect();
-    Json(json!({"count": charges.len(), "charges": charges}))
+    Json(ChargeList {
+        count: charges.len(),
+        charges,
+    })
 }
 
 /// `GET /requests`: every `POST /charges` it answered (the latest [`REQUESTS_KEPT`]), oldest
 /// first.
-async fn list_requests(State(provider): State<Provider>) -> Json<serde_json::Value> {
+async fn list_requests(State(provider): State<Provider>) -> Json<ChargeCallList> {
     let requests: Vec<ChargeCall> = provider.requests.lock().iter().cloned().collect();
-    Json(json!({"count": requests.len(), "requests": requests}))
+    Json(ChargeCallList {
+        count: requests.len(),
+        requests,
+    })
 }
 
 /// The provider's switches.

@@ -31,7 +31,7 @@ use lab_core::Msg;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::api::{ApiError, JsonBody, method_not_allowed, not_found};
+use crate::api::{ApiError, JsonBody, Stats, method_not_allowed, not_found};
 use crate::payments::{Payment, shown_key};
 use crate::retry::{Jitter, RetryPolicy};
 use crate::spec::{ServiceEnv, ServiceError, Voice};
@@ -286,8 +286,10 @@ impl Relay {
 }
 
 /// `GET /stats`: how many requests this relay received.
-async fn stats(State(relay): State<Relay>) -> Json<serde_json::Value> {
-    Json(json!({"requests": relay.requests.load(Ordering::SeqCst)}))
+async fn stats(State(relay): State<Relay>) -> Json<Stats> {
+    Json(Stats {
+        requests: relay.requests.load(Ordering::SeqCst),
+    })
 }
 
 async fn set_config(

@@ -32,9 +32,9 @@ use std::time::Duration;
 
 use lab_core::trace::backstage;
 use lab_core::{Msg, Table};
+use lab_services::admin::Admin;
 use lab_services::mailer;
 use lab_services::stage::REDIS_HOP;
-use serde::Deserialize;
 
 use super::invoices::{BEFORE_ACK, Design, Entries, Handled, InvoiceWorker, SENDING, WorkerConfig};
 use super::queue::{CLAIM_MIN_IDLE, InvoiceJob, Queue};
@@ -179,20 +179,11 @@ fn pending_table(pending: &[super::queue::Pending], entries: &Entries) -> Table 
     }
 }
 
-/// The mailer's list of emails, as `GET /emails` answers it.
-#[derive(Deserialize)]
-struct Emails {
-    emails: Vec<mailer::Email>,
-}
-
 /// The mailer's own list of emails.
 #[tracing::instrument(name = "lab.backstage", skip_all)]
 async fn emails(ctx: &Ctx) -> Result<Vec<mailer::Email>, ScenarioError> {
-    let direct = ctx.service(&mailer::SPEC)?.direct;
-    let list: Emails = Caller::new()
-        .get_json(&format!("http://{direct}/emails"))
-        .await?;
-    Ok(list.emails)
+    let base = ctx.direct_url(&mailer::SPEC)?;
+    Ok(Admin::new(Caller::new().http(), &base).emails().await?)
 }
 
 async fn show_emails(ctx: &Ctx) -> Result<usize, ScenarioError> {

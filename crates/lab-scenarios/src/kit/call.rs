@@ -15,9 +15,6 @@ use std::time::Duration;
 
 pub use lab_core::wire::{Answer, Wire, classify};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
-
-use crate::ScenarioError;
 
 /// How long the lab's callers wait for an answer, unless a scenario says otherwise.
 pub const ANSWER_TIME: Duration = Duration::from_secs(10);
@@ -74,35 +71,5 @@ impl Caller {
             request = request.header("Idempotency-Key", key);
         }
         lab_services::client::call(request).await
-    }
-
-    /// `GET url` for the lab's own reading (a service's list, its counters): not a call the
-    /// story is about, so anything but a 2xx with a `T` is a broken run.
-    pub async fn get_json<T: DeserializeOwned>(&self, url: &str) -> Result<T, ScenarioError> {
-        Ok(self
-            .http
-            .get(url)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?)
-    }
-
-    /// `PUT url` with a JSON body, for the lab's own switches; the answer as a `T`.
-    pub async fn put_json<T: DeserializeOwned>(
-        &self,
-        url: &str,
-        body: &impl Serialize,
-    ) -> Result<T, ScenarioError> {
-        Ok(self
-            .http
-            .put(url)
-            .json(body)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?)
     }
 }

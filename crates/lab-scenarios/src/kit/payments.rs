@@ -7,10 +7,11 @@
 //! counted ([`requests_received`]).
 
 use lab_core::{Msg, Table};
+use lab_services::admin::Admin;
 use lab_services::payments::{self, Payment};
 use lab_services::provider::{self, Charge};
 use lab_services::{ServiceSpec, gateway};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::call::{Answer, Caller};
 use crate::{Ctx, ScenarioError};
@@ -164,22 +165,10 @@ pub async fn checkout_amount(ctx: &Ctx, key: &str, amount: i64) -> Result<Paid, 
     Ok(paid)
 }
 
-/// The provider's list of charges, as `GET /charges` answers it.
-#[derive(Deserialize)]
-struct Charges {
-    charges: Vec<Charge>,
-}
-
 /// The provider's own list of charges (all, or those under one provider key), over HTTP.
 pub async fn provider_charges(ctx: &Ctx, key: Option<&str>) -> Result<Vec<Charge>, ScenarioError> {
-    let direct = ctx.service(&provider::SPEC)?.direct;
-    let url = url::Url::parse_with_params(
-        &format!("http://{direct}/charges"),
-        key.map(|key| ("key", key)),
-    )
-    .map_err(|e| ScenarioError::Broken(format!("the provider's URL: {e}")))?;
-    let list: Charges = Caller::new().get_json(url.as_str()).await?;
-    Ok(list.charges)
+    let base = ctx.direct_url(&provider::SPEC)?;
+    Ok(Admin::new(Caller::new().http(), &base).charges(key).await?)
 }
 
 /// Shows the provider's charges (all of them); returns them.
@@ -202,19 +191,12 @@ pub async fn show_charges(ctx: &Ctx) -> Result<Vec<Charge>, ScenarioError> {
     Ok(charges)
 }
 
-/// A service's own count of the requests it received (`GET /stats`).
-#[derive(Deserialize)]
-struct Stats {
-    requests: u64,
-}
-
 /// How many requests a relay (or the payment service) received, from its own `GET /stats`.
 pub async fn requests_received(ctx: &Ctx, spec: &ServiceSpec) -> Result<u64, ScenarioError> {
-    let direct = ctx.service(spec)?.direct;
-    let stats: Stats = Caller::new()
-        .get_json(&format!("http://{direct}/stats"))
-        .await?;
-    Ok(stats.requests)
+    let base = ctx.direct_url(spec)?;
+    Ok(Admin::new(Caller::new().http(), &base)
+        .requests_received()
+        .await?)
 }
 
 /// Shows how many requests each service of `specs` received, read from each one.
