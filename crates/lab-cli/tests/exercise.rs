@@ -139,6 +139,15 @@ fn usage_errors_are_clear() {
         "{}",
         stderr(&empty)
     );
+    let keep = lab(&["exercise", "check", "report-api", "--keep"])
+        .output()
+        .unwrap();
+    assert_code(&keep, 2);
+    assert!(
+        stderr(&keep).contains("`lab exercise` always removes its run's"),
+        "{}",
+        stderr(&keep)
+    );
     let only = lab(&["exercise", "check", "report-api", "--only", "nope"])
         .output()
         .unwrap();

@@ -42,6 +42,14 @@ pub async fn exercise_command(
     junit: bool,
 ) -> Result<u8, Failure> {
     let mut words = Words::new(options.lang, options.color).map_err(Failure::environment)?;
+    if options.keep {
+        // `--keep` is a flag of every command; an exercise's run space holds the learner's
+        // program's role and must not outlive it, so it is refused rather than ignored.
+        return Err(Failure::usage(
+            "--keep keeps a scenario's run (`lab run`); `lab exercise` always removes its run's \
+             schema, keys and role: replay a check from its replay line to look again",
+        ));
+    }
     match command {
         ExerciseCommand::List => list(&words),
         ExerciseCommand::Start {
