@@ -125,7 +125,18 @@ pub fn not_ready(words: &Words, not_ready: &NotReady) -> Vec<String> {
 /// An answer as a schedule shows it: its status and body, or why none came.
 fn answer(words: &Words, call: &Sent) -> String {
     match (call.status, call.no_answer) {
-        (Some(status), _) => format!("{status} {}", call.answer),
+        (Some(status), _) => {
+            // The two headers the contracts turn on are shown with the status: a replay must
+            // say so, and a 409 tells the client when to come back.
+            let mut headers = String::new();
+            if call.replayed_header {
+                headers.push_str("  Idempotent-Replayed: true");
+            }
+            if let Some(after) = &call.retry_after {
+                headers.push_str(&format!("  Retry-After: {after}"));
+            }
+            format!("{status}{headers} {}", call.answer)
+        }
         (None, Some(detail)) => words.common(Msg::new(detail).arg("ms", call.waited_ms)),
         (None, None) => words.common("call.no_answer"),
     }
@@ -326,4 +337,58 @@ pub fn lanes(words: &Words, exercise: &Exercise, report: &CheckReport) -> Vec<St
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::Outcome;
+    use lab_core::Lang;
+
+    fn sent(status: Option<u16>) -> Sent {
+        Sent {
+            who: "client".into(),
+            path: "/payments".into(),
+            key: Some("pay-1".into()),
+            body: "{}".into(),
+            status,
+            answer: "{\"error\":\"payment_in_progress\"}".into(),
+            no_answer: None,
+            waited_ms: 1000,
+            json_body: true,
+            report_id: None,
+            replayed: None,
+            charge_id: None,
+            replayed_header: false,
+            retry_after: None,
+            outcome: Outcome::Fail,
+        }
+    }
+
+    #[test]
+    fn an_answer_shows_the_headers_the_contracts_turn_on() {
+        let words = Words::new(Lang::En, false).unwrap();
+        assert_eq!(
+            answer(&words, &sent(Some(409))),
+            "409 {\"error\":\"payment_in_progress\"}"
+        );
+        let busy = Sent {
+            retry_after: Some("1".into()),
+            ..sent(Some(409))
+        };
+        assert_eq!(
+            answer(&words, &busy),
+            "409  Retry-After: 1 {\"error\":\"payment_in_progress\"}"
+        );
+        let replay = Sent {
+            replayed_header: true,
+            answer: "{\"charge_id\":\"ch_1\"}".into(),
+            ..sent(Some(200))
+        };
+        assert_eq!(
+            answer(&words, &replay),
+            "200  Idempotent-Replayed: true {\"charge_id\":\"ch_1\"}"
+        );
+        assert_eq!(answer(&words, &sent(None)), "no answer");
+    }
 }
