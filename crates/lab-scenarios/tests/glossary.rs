@@ -27,6 +27,13 @@
 //! The English texts have their own short list ([`ENGLISH_PHRASES`]): one verb for a lease that
 //! ends ("expires"), no SQS "visibility timeout" for Redis Streams, no "Today" for a run.
 //!
+//! Two lessons, two words (`payments_lessons_say_rezerv`): in lesson 6 (the reports lesson)
+//! «lease» is the task's lease, fenced by `attempts`; in the payments lessons (every scenario of
+//! another lesson, and the common texts of the payment service and the invoice worker) the
+//! coordinator's reservation is «резерв» (срок резерва, продление резерва), glossed once as
+//! «(lease, параметр `in_flight_lease_seconds`)». There the word «lease» appears only in that
+//! gloss.
+//!
 //! A second test checks that every text uses the same placeholders in both languages.
 
 use std::collections::BTreeSet;
@@ -437,6 +444,69 @@ fn russian_texts_follow_the_glossary() {
         problems.len(),
         problems.join("\n")
     );
+}
+
+/// The one place the payments lessons may say «lease»: the gloss of «резерв».
+const LEASE_GLOSS: &str = "(lease, параметр `in_flight_lease_seconds`)";
+
+/// The common texts the payments lessons print: the payment service's and the invoice worker's
+/// lines (and their folded forms).
+const PAYMENTS_COMMON: &[&str] = &[
+    "payments.",
+    "invoices.",
+    "folded.payments.",
+    "folded.invoices.",
+];
+
+/// «lease» as a word of a Russian text of the payments lessons, outside the gloss: not
+/// `in_flight_lease_seconds`, not `strict_lease`, not a `{lease}` placeholder.
+fn says_lease(text: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || matches!(c, '_' | '{' | '}');
+    text.replace(LEASE_GLOSS, "")
+        .split(|c: char| !word(c))
+        .any(|w| w.eq_ignore_ascii_case("lease"))
+}
+
+/// Whether a scenario folder belongs to the reports lesson (lesson 6), where «lease» is the
+/// task's lease.
+fn is_reports_lesson(name: &str) -> bool {
+    lab_scenarios::catalogue::find(name)
+        .is_some_and(|e| e.lesson.id == lab_scenarios::reports::LESSON.id)
+}
+
+#[test]
+fn payments_lessons_say_rezerv() {
+    let mut problems = Vec::new();
+    let mut glossed = 0;
+    for (name, path) in text_files("ru.toml") {
+        if name != "common" && is_reports_lesson(&name) {
+            continue;
+        }
+        for (key, text) in catalogue(&name, Lang::Ru, &path) {
+            if name == "common" && !PAYMENTS_COMMON.iter().any(|p| key.starts_with(p)) {
+                continue;
+            }
+            glossed += text.matches(LEASE_GLOSS).count();
+            if says_lease(&text) {
+                problems.push(format!(
+                    "scenarios/{name}/ru.toml: `{key}`: «lease» for the coordinator's reservation: \
+                     «резерв», «срок резерва», «продление резерва» (lesson 6 keeps «lease» for the \
+                     task's lease)"
+                ));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} problem(s):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+    assert!(glossed >= 1, "«резерв» is glossed nowhere as {LEASE_GLOSS}");
+    assert!(says_lease("запись pending на срок lease"));
+    assert!(says_lease("Lease на 30 с истекает"));
+    assert!(!says_lease("на {lease} мс, strict_lease, released"));
+    assert!(!says_lease(&format!("резерв {LEASE_GLOSS}")));
 }
 
 /// `{name}` placeholders of a text (`{{` and `}}` are literal braces).

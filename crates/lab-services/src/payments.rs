@@ -391,11 +391,12 @@ fn stage_msg(stage: Stage) -> Msg {
     })
 }
 
-/// A Redis failure, told the same whether the command timed out or the connection refused it:
-/// which of the two a cut link produces depends on the connection's state, not on the lesson.
+/// A Redis failure: no answer within the bound, or an error from the connection (one dropped
+/// under the command, one refused); a record that does not decode.
 fn storage_error(error: &StorageError, bound: Duration) -> Msg {
     let key = match &error.cause {
-        StorageCause::Timeout(_) | StorageCause::Redis(_) => "payments.redis_down",
+        StorageCause::Timeout(_) => "payments.redis_down",
+        StorageCause::Redis(_) => "payments.redis_dropped",
         StorageCause::Corrupt(_) => "payments.redis_corrupt",
     };
     Msg::new(key)

@@ -303,6 +303,8 @@ fn ui_texts(texts: &Texts) -> Value {
         "outcome.unknown",
         "label.predict",
         "label.answer",
+        "label.unfolded",
+        "label.unfolded_line",
         "label.your_answer",
         "label.learner_right",
         "label.learner_wrong",

@@ -17,6 +17,7 @@
 
 use std::fmt::Write as _;
 
+use super::fold::Fold;
 use crate::text::{Arg, COMMON};
 use crate::{Event, Executed, Fault, Lang, Msg, Outcome, Server, Texts};
 
@@ -106,6 +107,12 @@ pub struct Reader {
     stores: bool,
     /// The lanes of databases and Redis, to move right of the others at the end.
     store_lanes: Vec<usize>,
+    /// The services' lines that say why, folded until the reveal, and the notes drawn folded
+    /// (index, full text) since; at the reveal those notes get their full text.
+    fold: Fold,
+    folded_notes: Vec<(usize, String)>,
+    /// The notes the last event unfolded (for the web view, which redraws them).
+    unfolded: Vec<usize>,
 }
 
 impl Reader {
@@ -119,7 +126,15 @@ impl Reader {
             faults: false,
             stores: false,
             store_lanes: Vec::new(),
+            fold: Fold::new(),
+            folded_notes: Vec::new(),
+            unfolded: Vec::new(),
         }
+    }
+
+    /// The notes the last event read gave their full text (a reveal unfolds them).
+    pub fn unfolded(&self) -> &[usize] {
+        &self.unfolded
     }
 
     /// A reader that also draws statements and commands into database and Redis lanes.
@@ -188,6 +203,16 @@ impl Reader {
     /// Reads one event; returns how many marks it added (at the end of the picture's marks).
     pub fn read(&mut self, texts: &Texts, event: &Event) -> usize {
         let before = self.picture.marks.len();
+        self.fold.see(event);
+        self.unfolded.clear();
+        if !self.fold.unfold(event).is_empty() {
+            for (i, text) in std::mem::take(&mut self.folded_notes) {
+                if let Some(Mark::Note { text: shown, .. }) = self.picture.marks.get_mut(i) {
+                    *shown = text;
+                    self.unfolded.push(i);
+                }
+            }
+        }
         match event {
             Event::Start { scenario } => self.scope = scenario.clone(),
             Event::Step { number, text } => self.step(texts, *number, text),
@@ -281,7 +306,14 @@ impl Reader {
     /// what came back, or did not), an arrow between the two.
     fn service(&mut self, texts: &Texts, service: &str, text: &Msg) {
         let at = self.participant(texts, &format!("service.{service}"));
-        let told = self.render(texts, text);
+        let shown = self
+            .fold
+            .service(texts, &self.scope, self.lang, service, text);
+        if shown != *text {
+            let full = self.render(texts, text);
+            self.folded_notes.push((self.picture.marks.len(), full));
+        }
+        let told = self.render(texts, &shown);
         let next = next_service(text).map(|n| self.participant(texts, &format!("service.{n}")));
         let mark = match (text.key.as_str(), next) {
             ("relay.calling", Some(next)) => Mark::Call {

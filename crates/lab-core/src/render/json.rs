@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::fold::{Fold, Folded};
 use super::reflow;
 use crate::text::COMMON;
 use crate::{Event, Executed, Facts, Fault, Lang, Msg, Outcome, Texts};
@@ -20,6 +21,8 @@ pub struct JsonRenderer {
     learner: Option<String>,
     /// Include the model answers of the quiz (`--answers`).
     answers: bool,
+    /// The services' lines that say why, folded until the reveal.
+    fold: Fold,
 }
 
 impl JsonRenderer {
@@ -31,6 +34,7 @@ impl JsonRenderer {
             prediction: None,
             learner: None,
             answers: false,
+            fold: Fold::new(),
         }
     }
 
@@ -48,8 +52,27 @@ impl JsonRenderer {
         self.t(&Msg::new(key))
     }
 
-    /// The JSON object of one event.
+    /// The JSON object of one event. A reveal (or the end of a part that revealed nothing)
+    /// carries `unfolded`: the services' lines folded until then, in full.
     pub fn value(&mut self, event: &Event) -> Value {
+        self.fold.see(event);
+        let unfolded = self.fold.unfold(event);
+        let mut value = self.event_value(event);
+        if !unfolded.is_empty() {
+            value["unfolded"] = self.unfolded(&unfolded);
+        }
+        value
+    }
+
+    /// `[{"service": …, "step": 3, "text": …}]`: folded lines, in full.
+    fn unfolded(&self, lines: &[Folded]) -> Value {
+        lines
+            .iter()
+            .map(|l| json!({"service": l.service, "step": l.step, "text": self.t(&l.text)}))
+            .collect()
+    }
+
+    fn event_value(&mut self, event: &Event) -> Value {
         match event {
             Event::Start { scenario } => self.start(scenario),
             Event::Side { text } => json!({"event": "side", "text": self.t(text)}),
@@ -66,7 +89,15 @@ impl JsonRenderer {
                 detail,
             } => self.response(*outcome, *status, body.as_deref(), detail.as_ref()),
             Event::Service { service, text } => {
-                json!({"event": "service", "service": service, "text": self.t(text)})
+                let shown = self
+                    .fold
+                    .service(&self.texts, &self.scope, self.lang, service, text);
+                let mut line =
+                    json!({"event": "service", "service": service, "text": self.t(&shown)});
+                if shown != *text {
+                    line["folded"] = json!(true);
+                }
+                line
             }
             Event::Executed(executed) => Self::executed(executed),
             Event::State { table } => json!({

@@ -4,6 +4,7 @@
 
 pub mod diagram;
 mod explain;
+pub mod fold;
 mod json;
 mod text;
 pub mod web;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use colored::Colorize;
 
+use super::fold::{Fold, Folded};
 use super::reflow;
 use crate::facts::compare;
 use crate::text::COMMON;
@@ -38,6 +39,8 @@ pub struct TextRenderer {
     /// Statements and commands not yet shown. A script acts first and then tells the step
     /// (with what it measured), so what ran just before a step is shown under it.
     executed: String,
+    /// The services' lines that say why, folded until the reveal.
+    fold: Fold,
 }
 
 /// Renders a whole recorded run without colour (what `lab check` compares).
@@ -119,6 +122,7 @@ impl TextRenderer {
             show_sql: false,
             show_commands: false,
             executed: String::new(),
+            fold: Fold::new(),
         }
     }
 
@@ -273,6 +277,8 @@ impl TextRenderer {
 
     /// Renders one event as zero or more complete lines.
     pub fn render(&mut self, event: &Event) -> String {
+        self.fold.see(event);
+        let unfolded = self.fold.unfold(event);
         let out = match event {
             Event::Executed(executed) => {
                 let line = self.executed(executed);
@@ -283,7 +289,21 @@ impl TextRenderer {
                 let step = self.render_event(event);
                 step + &std::mem::take(&mut self.executed)
             }
-            _ => std::mem::take(&mut self.executed) + &self.render_event(event),
+            // The lines folded until a reveal come under it; those of a part that revealed
+            // nothing, at its end.
+            Event::Reveal { .. } => {
+                let reveal = self.render_event(event);
+                let block = self.unfolded(&unfolded);
+                let reveal = match block.is_empty() {
+                    true => reveal,
+                    false => reveal.trim_end_matches('\n').to_string() + "\n" + &block + "\n",
+                };
+                std::mem::take(&mut self.executed) + &reveal
+            }
+            _ => {
+                let block = self.unfolded(&unfolded);
+                std::mem::take(&mut self.executed) + &block + &self.render_event(event)
+            }
         };
         if !out.is_empty() {
             self.ends_blank = out.ends_with("\n\n");
@@ -310,7 +330,12 @@ impl TextRenderer {
                 body,
                 detail,
             } => self.response(*outcome, *status, body.as_deref(), detail.as_ref()),
-            Event::Service { service, text } => self.service(service, text),
+            Event::Service { service, text } => {
+                let shown = self
+                    .fold
+                    .service(&self.texts, &self.scope, self.lang, service, text);
+                self.service(service, &shown)
+            }
             // Held back by `render` and shown with the next event.
             Event::Executed(_) => String::new(),
             Event::State { table } => {
@@ -406,6 +431,23 @@ impl TextRenderer {
             self.t(text)
         );
         format!("      {}\n", self.paint(&line, Style::Dim))
+    }
+
+    /// The services' lines folded until now, in full: `⚙ report service (step 3): …` under a
+    /// label, or nothing.
+    fn unfolded(&self, lines: &[Folded]) -> String {
+        if lines.is_empty() {
+            return String::new();
+        }
+        let mut out = Self::wrap(&self.key("label.unfolded"), "   ", "   ");
+        for line in lines {
+            let head = self.t(&Msg::new("label.unfolded_line")
+                .arg("service", Msg::new(format!("service.{}", line.service)))
+                .arg("step", line.step));
+            let text = format!("⚙ {head}: {}", self.t(&line.text));
+            out.push_str(&format!("     {}\n", self.paint(&text, Style::Dim)));
+        }
+        out
     }
 
     /// The prediction asked before the decisive step: `? Predict: …` and its lettered options.

@@ -106,7 +106,29 @@ impl WebRenderer {
         if !draw.is_empty() {
             message["draw"] = json!(draw);
         }
+        let redraw = self.redraw();
+        if !redraw.is_empty() {
+            message["redraw"] = json!(redraw);
+        }
         message
+    }
+
+    /// The notes this event gave their full text (a reveal unfolds the services' why lines):
+    /// `[{"id": 4, "text": {"en": …, "ru": …}}]`.
+    fn redraw(&self) -> Vec<Value> {
+        let Some((_, first)) = self.readers.first() else {
+            return Vec::new();
+        };
+        first
+            .unfolded()
+            .iter()
+            .map(|&id| {
+                let text = Self::both(self.readers.iter().map(|(lang, reader)| {
+                    (*lang, json!(mark_text(reader.picture().marks.get(id))))
+                }));
+                json!({"id": id, "text": text})
+            })
+            .collect()
     }
 
     /// The lanes and marks an event adds, with their texts in both languages.

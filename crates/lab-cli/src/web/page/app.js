@@ -177,7 +177,7 @@ function draw(mark) {
     case "note":
     case "checkpoint":
       diagram.append(
-        el("div", { class: `row at ${mark.mark}`, "--at": mark.at, "data-at": mark.at, "data-mark": mark.mark },
+        el("div", { class: `row at ${mark.mark}`, "--at": mark.at, "data-at": mark.at, "data-mark": mark.mark, "data-id": mark.id },
           el("div", { class: "label" }, tr(mark.mark === "note" ? mark.text : mark.label))));
       break;
     case "fault": {
@@ -312,9 +312,24 @@ function revealBlock(t) {
   return block;
 }
 
+// The services' lines folded until a reveal, in full (the terminal prints the same block).
+function unfoldedBlock(lines) {
+  return el("div", { class: "unfolded" },
+    el("div", { class: "unfolded-label" }, word("label.unfolded")),
+    lines.map((u) => el("div", { class: "service-line" },
+      `⚙ ${word("label.unfolded_line", { service: serviceName(u.service), step: u.step })}: ${u.text}`)));
+}
+
 // Applies one message to the view.
 function apply(m) {
   const t = m[lang] || m.en || {};
+  // A note drawn folded gets its full text when the answer is revealed.
+  for (const r of m.redraw || []) {
+    const label = document.querySelector(`#diagram .row.note[data-id="${r.id}"] .label`);
+    if (label) label.textContent = tr(r.text);
+  }
+  // The lines of a part that revealed nothing come before what follows it.
+  if (t.unfolded && t.unfolded.length && m.kind !== "reveal") feed(unfoldedBlock(t.unfolded));
   switch (m.kind) {
     case "ready":
       view.scenario = m;
@@ -360,6 +375,7 @@ function apply(m) {
       break;
     case "reveal":
       feed(revealBlock(t));
+      if (t.unfolded && t.unfolded.length) feed(unfoldedBlock(t.unfolded));
       break;
     case "explain":
       feed(el("h3", {}, word("label.explain")));
