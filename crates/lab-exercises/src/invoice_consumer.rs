@@ -142,11 +142,6 @@ impl Job {
     fn subject(&self) -> String {
         format!("Invoice {} v{}", self.order, self.version)
     }
-
-    /// The lesson's idempotency key of the invoice: the order's hex and the version.
-    fn invoice_key(&self) -> String {
-        format!("{}.v{}", self.order.replace('-', ""), self.version)
-    }
 }
 
 /// An email as the mailer lists it.
@@ -476,12 +471,25 @@ impl InvoiceConsumer {
     }
 
     /// The consumers' records of `job`'s invoice: every key under the prefix that names its
-    /// idempotency key (`<order hex>.v<version>`), with its value as text (any type of value: the
-    /// lab does not read idempotency-kit's format; it looks for the email's id in it).
+    /// order (any version, as hex or as a UUID) or its delivery, with its value as text (any type
+    /// of value: the lab does not read idempotency-kit's format, or a design's own; it looks for
+    /// the email's id in it). Wider than the contract's key, so that a check of the order of
+    /// effects judges that order, not the key (other checks judge the key).
     async fn records(&mut self, job: &Job) -> Result<Vec<Record>, ExerciseError> {
-        let pattern = format!("{}*{}*", glob_escape(&self.key_prefix), job.invoice_key());
+        let mut keys = Vec::new();
+        for name in [
+            job.order.replace('-', ""),
+            job.order.clone(),
+            job.delivery.replace('-', ""),
+            job.delivery.clone(),
+        ] {
+            let pattern = format!("{}*{name}*", glob_escape(&self.key_prefix));
+            keys.extend(scan(&mut self.redis, &pattern).await?);
+        }
+        keys.sort();
+        keys.dedup();
         let mut records = Vec::new();
-        for key in scan(&mut self.redis, &pattern).await? {
+        for key in keys {
             let read = read_key(&mut self.redis, &key).await?;
             if read.pttl != -2 {
                 records.push(Record {
@@ -755,7 +763,8 @@ async fn changed_recipient(w: &mut InvoiceConsumer) -> Judged {
         Some(n) => Msg::new("step.pending").arg("count", n),
     });
     let emails = w.emails(&job).await?;
-    judge_refusal(&emails, &other.email)
+    let judged = judge_refusal(&emails, &other.email);
+    w.explained(&other, judged).await
 }
 
 /// `new-version`: one email for each version; a version 2 not sent is named as such.
