@@ -36,6 +36,11 @@
 //! `gave_up_held`: A's own timeout ended the moment). An ack the door cannot hold (inside a
 //! script) or can only hold with what it stores (in `MULTI … EXEC`) is said, not judged.
 //!
+//! **Nobody claims it** is read from the group's pending list, not from a clock of the lab's:
+//! the entry has sat idle for `UNCLAIMED_IDLE_MS` (five claim intervals) since its last
+//! delivery. The lab says so then, while A is still held inside the mailer (short of a mailer
+//! client's usual timeout), instead of waiting out a bound.
+//!
 //! **Stored** means a record of the invoice (a key under `KEY_PREFIX` naming
 //! `<order hex>.v<version>`, any type) whose value holds the email's id the mailer answered: the
 //! lab does not read idempotency-kit's format, or a design's own.
@@ -107,6 +112,11 @@ const POLL: Duration = Duration::from_millis(20);
 /// or move on to the stream (`ack-after-send`): a consumer that stores after its ack does so at
 /// once.
 const MOVE_ON_LIMIT: Duration = Duration::from_secs(5);
+/// How long an entry must sit idle past its delivery before the lab says nobody claims it:
+/// five claim intervals (a consumer's claim loop runs every few hundred milliseconds). Short of
+/// a mailer client's usual timeout, so that a consumer held inside the mailer meanwhile is
+/// still held when the lab judges.
+const UNCLAIMED_IDLE_MS: u64 = 5 * CLAIM_IDLE_MS;
 /// How often B may claim the entry A's lost ack left pending before the lab judges what it did
 /// (`ack-lost`): a consumer that can replay settles it on its first claim.
 const CLAIMS_TO_SETTLE: u64 = 2;
@@ -211,6 +221,15 @@ struct Record {
 struct Pending {
     id: String,
     deliveries: u64,
+    /// How long it has sat since it was last delivered or claimed (XPENDING's idle time).
+    idle_ms: u64,
+}
+
+impl Pending {
+    /// Whether it has sat unclaimed for [`UNCLAIMED_IDLE_MS`]: nobody claims it.
+    fn unclaimed(&self) -> bool {
+        self.idle_ms >= UNCLAIMED_IDLE_MS
+    }
 }
 
 impl InvoiceConsumer {
@@ -330,7 +349,11 @@ impl InvoiceConsumer {
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, _consumer, _idle, deliveries)| Pending { id, deliveries })
+            .map(|(id, _consumer, idle_ms, deliveries)| Pending {
+                id,
+                deliveries,
+                idle_ms,
+            })
             .collect())
     }
 
@@ -370,23 +393,22 @@ impl InvoiceConsumer {
         }
     }
 
-    /// Entry `id`'s deliveries while it is pending; `None` once it is not (acked).
-    async fn deliveries(&mut self, id: &str) -> Result<Option<u64>, ExerciseError> {
-        Ok(self
-            .pending()
-            .await?
-            .into_iter()
-            .find(|p| p.id == id)
-            .map(|p| p.deliveries))
+    /// Entry `id` while it is pending; `None` once it is not (acked).
+    async fn pending_entry(&mut self, id: &str) -> Result<Option<Pending>, ExerciseError> {
+        Ok(self.pending().await?.into_iter().find(|p| p.id == id))
     }
 
-    /// Waits until entry `id` was delivered at least `times` times (claimed again), or acked;
-    /// its deliveries, `None` if it was acked.
+    /// Waits until entry `id` was delivered at least `times` times (claimed again), or acked, or
+    /// has sat unclaimed for [`UNCLAIMED_IDLE_MS`]; its deliveries, `None` if it was acked.
     async fn wait_delivered(&mut self, id: &str, times: u64) -> Result<Option<u64>, ExerciseError> {
         let started = Instant::now();
         loop {
             match self.pending().await?.into_iter().find(|p| p.id == id) {
-                Some(p) if p.deliveries >= times || started.elapsed() > SETTLE_LIMIT => {
+                Some(p)
+                    if p.deliveries >= times
+                        || p.unclaimed()
+                        || started.elapsed() > SETTLE_LIMIT =>
+                {
                     return Ok(Some(p.deliveries));
                 }
                 None if self.acked(id).await? => return Ok(None),
@@ -652,16 +674,23 @@ async fn ack_lost(w: &mut InvoiceConsumer) -> Judged {
     // B settles the entry, or has claimed it CLAIMS_TO_SETTLE times without settling it.
     let started = Instant::now();
     let aftermath = loop {
-        match w.deliveries(&id).await? {
+        match w.pending_entry(&id).await? {
             None => break Aftermath::Acked,
-            Some(n) if n > CLAIMS_TO_SETTLE || started.elapsed() > SETTLE_LIMIT => {
-                break Aftermath::Pending(n);
+            Some(p)
+                if p.deliveries > CLAIMS_TO_SETTLE
+                    || (p.deliveries <= 1 && p.unclaimed())
+                    || started.elapsed() > SETTLE_LIMIT =>
+            {
+                break Aftermath::Pending(p.deliveries);
             }
             Some(_) => tokio::time::sleep(POLL).await,
         }
     };
-    if let Aftermath::Pending(n) = aftermath {
-        w.step(Msg::new("step.pending").arg("count", n));
+    match aftermath {
+        Aftermath::Pending(n) => w.step(Msg::new("step.pending").arg("count", n)),
+        // An entry can be acked before its send (a consumer that acks first): the wait is for
+        // the send.
+        Aftermath::Acked => w.wait_emails(&job, 1).await?,
     }
     let emails = w.emails(&job).await?;
     judge_ack_lost(&loss, emails.len(), &aftermath)
