@@ -327,9 +327,10 @@ fn a_consumer_that_acks_before_sending_or_never_claims_is_caught() {
     let (code, said) = check_exercise("invoice-consumer", &dir, tmp.path(), &["ack-after-send"]);
     assert_eq!(code, 1, "{said}");
     assert!(
-        said.contains("acked while the email was still being sent"),
+        said.contains("(XACK) before the invoice's email was sent"),
         "{said}"
     );
+    assert!(said.contains("the lab holds it at A's door"), "{said}");
 
     let dir = solution_of("invoice-consumer", work.path(), "noclaim");
     edit(
