@@ -1,7 +1,7 @@
 """The payment service of the payments lesson: POST /payments with an Idempotency-Key.
 
 THE STARTER: it charges, but nothing stops a retry from charging again. The four TODOs below
-are the lesson; `lab exercise check charge-once` says which of its checks each one fixes.
+are the lesson; each names the checks of `lab exercise check charge-once` that attack it.
 
 One key is one payment, charged once, whatever fails:
 
@@ -49,10 +49,10 @@ LEASE_SECONDS = int(os.environ.get("LEASE_SECONDS", "30"))
 # The result is kept an hour: the longest a client retries one payment.
 RESULT_TTL_SECONDS = 3600
 
-# TODO(redis-blip): a connection the server (or the network) dropped is not noticed until the
-# next command fails on it, and the kit then runs that payment unprotected. Make the client
-# send such a command once more on a fresh connection (redis-py's retry_on_error, with a
-# bounded Retry), and keep its timeouts short: an outage must not hold a payment for seconds.
+# TODO(redis-blip): a payment made after a short Redis outage has healed is as protected as
+# one made before it, and an outage never holds a payment for seconds. As written, the first
+# command after the blip fails on a connection Redis has dropped, and that payment runs
+# unprotected. Attacked by: redis-blip.
 redis = Redis.from_url(os.environ["REDIS_URL"], socket_timeout=1, socket_connect_timeout=1)
 
 provider = httpx.AsyncClient(base_url=os.environ["PROVIDER_URL"], timeout=10)
@@ -97,10 +97,11 @@ async def charge(payment: Payment, provider_key: str) -> Charge:
     response = await provider.post(
         "/charges",
         json={"order_id": str(payment.order_id), "amount": payment.amount, "currency": payment.currency},
-        # TODO(lost-answer, redis-down, slow-provider, redis-lost, crash): give the provider
-        # its own key, headers={"Idempotency-Key": provider_key}, so it can refuse a second
-        # charge when Redis could not (its answer was lost, Redis was down or lost before the
-        # Charge was stored, the lease ran out, the service crashed mid-charge).
+        # TODO(lost-answer, redis-down, slow-provider, redis-lost, crash): the provider charges
+        # a payment once even when Redis cannot stop the second attempt (the provider's answer
+        # was lost, Redis was down or lost before the Charge was stored, the reservation ran
+        # out, the service crashed mid-charge). As written, every call to the provider is a new
+        # charge to it.
     )
     response.raise_for_status()
     body = response.json()
@@ -108,12 +109,13 @@ async def charge(payment: Payment, provider_key: str) -> Charge:
 
 
 async def charge_once(coordinator, charge, payment: Payment, key: str) -> Charge:
-    # TODO(replay, changed-payment, in-flight, result-ttl, shared-records): charge through the
-    # coordinator, which keeps its records in Redis, where every instance of the service sees
-    # them. The operation names the tenant (payment.charge.<tenant hex>), so tenants never
-    # share keys; the fingerprint covers what must not change between retries (order_id,
-    # amount, currency); the Charge is kept RESULT_TTL_SECONDS. The provider's key is made of the
-    # operation and the client's key, the same on every attempt.
+    # TODO(replay, changed-payment, in-flight, result-ttl, shared-records): one key is one
+    # payment of one tenant, charged once: a retry gets the stored Charge for as long as a
+    # client retries (RESULT_TTL_SECONDS), at any instance of the service; a duplicate that
+    # comes while the first call runs is refused (409, Retry-After) or waits for its Charge;
+    # the same key with another order, amount or currency is refused (422). As written, every
+    # request charges. The provider's key is made of the operation and the client's key, the
+    # same on every attempt.
     provider_key = f"payment.charge.{payment.tenant_id.hex}.{key}"
     return await charge(payment, provider_key)
 
@@ -131,10 +133,10 @@ async def health():
 async def pay(payment: Payment, idempotency_key: str | None = Header(default=None)):
     if idempotency_key is None:
         return error(400, "missing_idempotency_key", "a payment needs an Idempotency-Key")
-    # TODO(invalid-keys): refuse an empty key, one with a colon and one longer than 255
-    # characters with 400 invalid_idempotency_key, before the coordinator: idempotency-kit
-    # 0.4.1 would run the charge unprotected with such a key, and store nothing.
-    # IdempotencyIdentifiers(operation=..., idempotency_key=...) raises ValidationError on one.
+    # TODO(invalid-keys): an empty key, a key with a colon and a key longer than 255 characters
+    # are refused with 400 invalid_idempotency_key before anything is charged or stored: with
+    # such a key idempotency-kit 0.4.1 runs the charge unprotected and stores nothing.
+    # Attacked by: invalid-keys. (`lab exercise hint charge-once` when you are stuck.)
 
     # Whether this call ran the charge, or got the stored Charge back.
     ran = False

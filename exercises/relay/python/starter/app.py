@@ -1,7 +1,7 @@
 """The orders service of the payments lesson: the hop between the gateway and the payment service.
 
 THE STARTER: it relays each payment once, and loses what the answer's headers say. The two
-TODOs below are the lesson; `lab exercise check relay` says which of its checks each one fixes.
+TODOs below are the lesson; each names the checks of `lab exercise check relay` that attack it.
 
 POST /orders/pay takes the client's payment with its Idempotency-Key and relays it to the payment
 service's POST /payments. What a hop in the middle of a chain must get right:
@@ -66,11 +66,13 @@ async def pay(request: Request, idempotency_key: str | None = Header(default=Non
     # The payment goes down as it came; the payment service judges it.
     body = await request.body()
     # TODO(key-unchanged, lost-both, gateway-errors-retried, timeout-retried, deadline, backoff):
-    # an attempt that gets no answer (a timeout, a dropped connection) or a 502, 503, 504 has an
-    # unknown or temporary outcome: retry it, with the client's key unchanged, at most ATTEMPTS
-    # times, each with its own timeout, all within DEADLINE_SECONDS, sleeping backoff(attempt)
-    # between them. Anything else (200, 409, 422...) is the payment service's answer: never
-    # retried. (httpx gives this one attempt its default timeout, 5 s.)
+    # a payment whose outcome is unknown or temporary (no answer, a timeout, a dropped
+    # connection, a 502, 503 or 504) is tried again, and the payment service must see every
+    # try as the same payment; the client gets an answer within the deadline, the tries are
+    # bounded in number, and the pauses between them grow and differ from payment to payment.
+    # An answer from the payment service (200, 409, 422, any 4xx) is final. As written, each
+    # payment is sent once, and a lost answer becomes 504. (httpx gives this one attempt its
+    # default timeout, 5 s.) (`lab exercise hint relay` when you are stuck.)
     try:
         answer = await payments.post(
             f"{PAYMENTS_URL}/payments",
@@ -80,8 +82,9 @@ async def pay(request: Request, idempotency_key: str | None = Header(default=Non
     except httpx.HTTPError:
         answer = None
     if answer is not None and answer.status_code not in RETRYABLE:
-        # TODO(pass-through, conflict-passed-up): pass up the headers the client needs too
-        # (KEPT_HEADERS: Retry-After of a 409, Idempotent-Replayed of a replay).
+        # TODO(pass-through, conflict-passed-up): the client gets the payment service's answer
+        # as it was given, the headers it acts on included (a 409's Retry-After, a replay's
+        # Idempotent-Replayed). As written, only the status and the body go up.
         return Response(content=answer.content, status_code=answer.status_code, media_type="application/json")
     return JSONResponse(
         status_code=504,

@@ -61,18 +61,19 @@ def health():
 
 @app.post("/reports")
 def create_report(body: CreateReport, idempotency_key: str | None = Header(default=None)):
-    # TODO(1): an Idempotency-Key that is empty (after trimming spaces) or longer than
-    # MAX_KEY_LENGTH is refused with 400 and a JSON body: error(400, "invalid_idempotency_key", ...).
+    # TODO(1): a key that is empty or blank, or longer than MAX_KEY_LENGTH, makes no report and
+    # is refused with 400 and a JSON body (the contract above). As written, such a key is
+    # ignored and the report is made. Attacked by: invalid-key.
 
     digest = payload_hash(body)
     # One transaction: committed when the block ends, before the answer is sent.
     with engine.begin() as conn:
-        # TODO(2): with a key, one key makes one report, whatever the timing. Insert with the
-        # key and let the UNIQUE index on reports.idempotency_key decide (ON CONFLICT ... DO
-        # NOTHING RETURNING id). No row back: the key is taken; read its report and answer 200
-        # with "replayed": true (and the header Idempotent-Replayed: true) when the payload hash
-        # is the same, 409 "idempotency_key_reused" when it is not. A SELECT first and an INSERT
-        # after is not enough: two requests can both find nothing.
+        # TODO(2): one key makes at most one report, however its requests interleave and
+        # whatever happens after the COMMIT (a lost answer, a timeout, a crash): the key's later
+        # requests get that report back (200, "replayed": true), or 409 when their content
+        # differs. As written, the key is ignored and every request makes a report.
+        # Attacked by: replay, conflict, lost-answer, timeout, race, burst, crash.
+        # (`lab exercise hint report-api` when you are stuck.)
         report_id = conn.execute(
             text("INSERT INTO reports (task_id, report_type, payload_hash) VALUES (:task, :type, :hash) RETURNING id"),
             {"task": body.task_id, "type": body.report_type, "hash": digest},

@@ -14,11 +14,10 @@ The lab runs it once per attempt:  TASK_ID=42 LEASE_SECONDS=30 REPORTS_URL=http:
 Exit codes: 0 completed, 2 nothing to claim, 3 completion refused.
 """
 
-import json
 import os
 import sys
-import urllib.request
 
+import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -37,13 +36,17 @@ engine = create_engine(
 
 def claim_task(task_id: int, lease_seconds: int) -> int | None:
     """Reserves the task; the attempt number it now holds, or None if someone else holds it."""
+    # clock_timestamp(), as the lesson writes it: the clock when the statement runs. now() is the
+    # start of the transaction, the same for every statement in it; here each step is one
+    # statement in a transaction of its own, so the two agree, but a lease is a time on the
+    # clock, and clock_timestamp() stays right if a step ever grows a second statement.
     with engine.begin() as conn:
         return conn.execute(
             text(
                 "UPDATE tasks SET status = 'processing', attempts = attempts + 1, "
-                "       lease_until = now() + make_interval(secs => :lease) "
+                "       lease_until = clock_timestamp() + make_interval(secs => :lease) "
                 " WHERE id = :id "
-                "   AND (status = 'pending' OR (status = 'processing' AND lease_until < now())) "
+                "   AND (status = 'pending' OR (status = 'processing' AND lease_until < clock_timestamp())) "
                 "RETURNING attempts"
             ),
             {"id": task_id, "lease": lease_seconds},
@@ -52,19 +55,19 @@ def claim_task(task_id: int, lease_seconds: int) -> int | None:
 
 def create_report(task_id: int) -> int:
     """POST /reports with the stable key: one key per task, the same on every attempt."""
-    request = urllib.request.Request(
+    response = httpx.post(
         f"{REPORTS_URL}/reports",
-        data=json.dumps({"task_id": task_id, "report_type": "monthly"}).encode(),
-        headers={"Content-Type": "application/json", "Idempotency-Key": f"report-task-{task_id}"},
-        method="POST",
+        json={"task_id": task_id, "report_type": "monthly"},
+        headers={"Idempotency-Key": f"report-task-{task_id}"},
+        timeout=30,
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)["report_id"]
+    response.raise_for_status()
+    return response.json()["report_id"]
 
 
 def complete_task(task_id: int, attempt: int, report_id: int, strict: bool) -> bool:
     """Records the result, only for the attempt that holds the task (and, strict, in time)."""
-    lease = " AND lease_until > now()" if strict else ""
+    lease = " AND lease_until > clock_timestamp()" if strict else ""
     with engine.begin() as conn:
         done = conn.execute(
             text(

@@ -19,11 +19,10 @@ The lab runs it once per attempt:  TASK_ID=42 LEASE_SECONDS=30 REPORTS_URL=http:
 Exit codes: 0 completed, 2 nothing to claim, 3 completion refused.
 """
 
-import json
 import os
 import sys
-import urllib.request
 
+import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -46,10 +45,12 @@ def claim_task(task_id: int, lease_seconds: int) -> int | None:
         return conn.execute(
             text(
                 "UPDATE tasks SET status = 'processing', attempts = attempts + 1, "
-                "       lease_until = now() + make_interval(secs => :lease) "
+                "       lease_until = clock_timestamp() + make_interval(secs => :lease) "
                 " WHERE id = :id "
-                # TODO(1): a task whose holder died must be taken over: also reserve a task
-                # that is 'processing' with an expired lease (lease_until < now()).
+                # TODO(1): a task whose worker died is taken over once its lease has run out,
+                # and never while it runs. As written, only a pending task can be claimed, so a
+                # task left processing by a dead worker stays stuck.
+                # Attacked by: crash-after-commit, stale-completion.
                 "   AND status = 'pending' "
                 "RETURNING attempts"
             ),
@@ -58,23 +59,25 @@ def claim_task(task_id: int, lease_seconds: int) -> int | None:
 
 
 def create_report(task_id: int) -> int:
-    """POST /reports with the stable key: one key per task, the same on every attempt."""
-    request = urllib.request.Request(
+    """POST /reports: the task's one call to the report service."""
+    # TODO(2): every attempt at this task, by whichever worker, must end with the same one
+    # report: a retry after a crash finds the report the first attempt made. As written, the
+    # service cannot tell a retry from a new report. Attacked by: crash-after-commit.
+    response = httpx.post(
         f"{REPORTS_URL}/reports",
-        data=json.dumps({"task_id": task_id, "report_type": "monthly"}).encode(),
-        # TODO(3): a stable Idempotency-Key, the same for every attempt at this task (not one
-        # made from the attempt number), so a retry finds the report instead of making another.
-        headers={"Content-Type": "application/json"},
-        method="POST",
+        json={"task_id": task_id, "report_type": "monthly"},
+        timeout=30,
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)["report_id"]
+    response.raise_for_status()
+    return response.json()["report_id"]
 
 
 def complete_task(task_id: int, attempt: int, report_id: int, strict: bool) -> bool:
     """Records the result, only for the attempt that holds the task (and, strict, in time)."""
-    # TODO(2): accept only the attempt that holds the task now (attempts = :attempt, the fencing
-    # token) and still 'processing'; strict: only while the lease runs (lease_until > now()).
+    # TODO(3): only the attempt that holds the task now may complete it: a worker whose task
+    # was taken over must not overwrite the new holder's result, and, strict, nobody completes
+    # once the lease has run out. As written, any worker completes the task at any time.
+    # Attacked by: stale-completion, expired-lease. (`lab exercise hint worker` when stuck.)
     with engine.begin() as conn:
         done = conn.execute(
             text(

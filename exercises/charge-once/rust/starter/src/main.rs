@@ -1,7 +1,8 @@
 //! The payment service of the payments lesson: `POST /payments` with an Idempotency-Key.
 //!
 //! THE STARTER: it charges, but nothing stops a retry from charging again. The four TODOs
-//! below are the lesson; `lab exercise check charge-once` says which of its checks each fixes.
+//! below are the lesson; each names the checks of `lab exercise check charge-once` that
+//! attack it.
 //!
 //! One key is one payment, charged once, whatever fails:
 //!
@@ -118,10 +119,11 @@ async fn charge(
     let response = service
         .http
         .post(format!("{}/charges", service.provider_url))
-        // TODO(lost-answer, redis-down, slow-provider, redis-lost, crash): give the provider
-        // its own key, `.header("Idempotency-Key", provider_key)`, so it can refuse a second
-        // charge when Redis could not (its answer was lost, Redis was down or lost before the
-        // Charge was stored, the lease ran out, the service crashed mid-charge).
+        // TODO(lost-answer, redis-down, slow-provider, redis-lost, crash): the provider
+        // charges a payment once even when Redis cannot stop the second attempt (its answer
+        // was lost, Redis was down or lost before the Charge was stored, the reservation ran
+        // out, the service crashed mid-charge). As written, every call to the provider is a
+        // new charge to it.
         .json(&json!({
             "order_id": payment.order_id,
             "amount": payment.amount,
@@ -158,10 +160,11 @@ async fn pay(State(service): State<Service>, headers: HeaderMap, Body(payment): 
     };
     // Tenants never share keys: the operation names the tenant.
     let operation = format!("payment.charge.{}", payment.tenant_id.simple());
-    // TODO(invalid-keys): refuse an empty key, one with a colon and one longer than 255
-    // characters with 400 invalid_idempotency_key, before the coordinator, which (as
-    // idempotency-kit 0.4.1) would run the charge unprotected with such a key, and store
-    // nothing. `idem::validate(&operation, key)` says whether a key is one.
+    // TODO(invalid-keys): an empty key, a key with a colon and a key longer than 255
+    // characters are refused with 400 invalid_idempotency_key before anything is charged or
+    // stored: with such a key the coordinator (as idempotency-kit 0.4.1) runs the charge
+    // unprotected and stores nothing. Attacked by: invalid-keys.
+    // (`lab exercise hint charge-once` when you are stuck.)
     // The provider's key: the operation and the client's key, the same on every attempt.
     let provider_key = format!("{operation}.{}", idem::normalise_key(key));
     // What must not change between retries (idempotency-kit's fingerprint_of, byte for byte).
@@ -171,10 +174,12 @@ async fn pay(State(service): State<Service>, headers: HeaderMap, Body(payment): 
         "currency": payment.currency,
     }));
     let request = idem::Request::new(&operation, key, RESULT_TTL).fingerprint(&fingerprint);
-    // TODO(replay, changed-payment, in-flight, result-ttl, shared-records): charge through the
-    // coordinator, `service.coordinator.coordinate(request, |_fence| charge(...))`, which
-    // reserves the key in Redis, compares the fingerprint and stores the Charge for RESULT_TTL,
-    // where every instance of the service sees them. Now the charge runs bare.
+    // TODO(replay, changed-payment, in-flight, result-ttl, shared-records): one key is one
+    // payment of one tenant, charged once: a retry gets the stored Charge for as long as a
+    // client retries (RESULT_TTL), at any instance of the service; a duplicate that comes
+    // while the first call runs is refused (409, Retry-After) or waits for its Charge; the
+    // same key with another order, amount or currency is refused (422). As written, the
+    // charge runs bare, whatever `request` says.
     let _ = (&service.coordinator, request);
     let result = match charge(&service, &payment, &provider_key).await {
         Ok(value) => Ok(idem::Coordinated {
@@ -262,9 +267,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conn = ConnectionManager::new_lazy_with_config(client, config)?;
     // idempotency-kit 0.4.1's behaviour, as the lesson's service: in_flight="raise", the lease
     // from LEASE_SECONDS (longer than the worst charge, the provider's timeout included).
-    // TODO(redis-blip): a connection Redis (or the network) dropped is not noticed until the
-    // next command fails on it, and the coordinator then runs that payment unprotected. Let it
-    // send such a command once more on a fresh connection (`resend_on_dropped(true)`).
+    // TODO(redis-blip): a payment made after a short Redis outage has healed is as protected
+    // as one made before it. As written, the first command after the blip fails on a
+    // connection Redis has dropped, and the coordinator runs that payment unprotected.
+    // Attacked by: redis-blip.
     let policy = Policy::compatible()
         .in_flight(InFlight::Raise)
         .lease(Duration::from_secs(lease))

@@ -2,7 +2,8 @@
 //! service.
 //!
 //! THE STARTER: it relays each payment once, and loses what the answer's headers say. The two
-//! TODOs below are the lesson; `lab exercise check relay` says which of its checks each fixes.
+//! TODOs below are the lesson; each names the checks of `lab exercise check relay` that
+//! attack it.
 //!
 //! `POST /orders/pay` takes the client's payment with its Idempotency-Key and relays it to the
 //! payment service's `POST /payments`. What a hop in the middle of a chain must get right:
@@ -64,8 +65,9 @@ fn backoff(attempt: u32) -> Duration {
 async fn passed_up(answer: reqwest::Response) -> Option<Response> {
     let status = StatusCode::from_u16(answer.status().as_u16()).ok()?;
     let mut headers = HeaderMap::new();
-    // TODO(pass-through, conflict-passed-up): pass up the headers the client needs too
-    // (KEPT_HEADERS: Retry-After of a 409, Idempotent-Replayed of a replay).
+    // TODO(pass-through, conflict-passed-up): the client gets the payment service's answer as
+    // it was given, the headers it acts on included (a 409's Retry-After, a replay's
+    // Idempotent-Replayed). As written, only the status and the body go up.
     let _ = (KEPT_HEADERS, HeaderName::from_static);
     headers.insert(header::CONTENT_TYPE, "application/json".parse().ok()?);
     // Headers came, the body did not: as good as no answer.
@@ -82,11 +84,13 @@ async fn pay(State(relay): State<Relay>, headers: HeaderMap, body: Bytes) -> Res
         );
     };
     // TODO(key-unchanged, lost-both, gateway-errors-retried, timeout-retried, deadline, backoff):
-    // an attempt that gets no answer (a timeout, a dropped connection) or a 502, 503, 504 has an
-    // unknown or temporary outcome: retry it, with the client's key unchanged, at most ATTEMPTS
-    // times, each with its own timeout (PER_CALL), all within DEADLINE, sleeping
-    // backoff(attempt) between them. Anything else (200, 409, 422...) is the payment service's
-    // answer: never retried. (This one attempt waits at most STARTER_TIMEOUT.)
+    // a payment whose outcome is unknown or temporary (no answer, a timeout, a dropped
+    // connection, a 502, 503 or 504) is tried again, and the payment service must see every
+    // try as the same payment; the client gets an answer within the deadline, the tries are
+    // bounded in number, and the pauses between them grow and differ from payment to payment.
+    // An answer from the payment service (200, 409, 422, any 4xx) is final. As written, each
+    // payment is sent once, and a lost answer becomes 504. (This one attempt waits at most
+    // STARTER_TIMEOUT.) (`lab exercise hint relay` when you are stuck.)
     let _ = (Instant::now, ATTEMPTS, PER_CALL, DEADLINE, backoff);
     let sent = relay
         .http

@@ -76,8 +76,9 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, &'static str> 
     let Some(raw) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    // TODO(1): a key that is empty (after trimming spaces) or longer than MAX_KEY_LENGTH is
-    // refused: return Err("…why…"), and the handler answers 400 invalid_idempotency_key.
+    // TODO(1): a key that is empty or blank, or longer than MAX_KEY_LENGTH, makes no report and
+    // is refused with 400 and a JSON body (the handler answers so on `Err(why)`). As written,
+    // such a key is accepted. Attacked by: invalid-key.
     let key = raw.to_str().map(str::trim).unwrap_or_default();
     Ok(Some(key.to_string()))
 }
@@ -125,13 +126,12 @@ async fn create(
 ) -> Result<Response, sqlx::Error> {
     let digest = payload_hash(body);
     let mut tx = pool.begin().await?;
-    // TODO(2): with a key, one key makes one report, whatever the timing. Insert with the key
-    // and let the UNIQUE index on reports.idempotency_key decide (ON CONFLICT (idempotency_key)
-    // DO NOTHING RETURNING id, with fetch_optional). No row back: the key is taken; read its
-    // report (SELECT id, payload_hash … WHERE idempotency_key = $1) and answer 200 with
-    // "replayed": true (and the header Idempotent-Replayed: true) when the payload hash is the
-    // same, 409 "idempotency_key_reused" when it is not. A SELECT first and an INSERT after is
-    // not enough: two requests can both find nothing.
+    // TODO(2): one key makes at most one report, however its requests interleave and
+    // whatever happens after the COMMIT (a lost answer, a timeout, a crash): the key's later
+    // requests get that report back (200, "replayed": true), or 409 when their content
+    // differs. As written, the key is ignored and every request makes a report.
+    // Attacked by: replay, conflict, lost-answer, timeout, race, burst, crash.
+    // (`lab exercise hint report-api` when you are stuck.)
     let _ = key;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO reports (task_id, report_type, payload_hash) VALUES ($1, $2, $3) RETURNING id",

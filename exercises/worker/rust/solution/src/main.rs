@@ -20,12 +20,17 @@ use sqlx::PgPool;
 type Error = Box<dyn std::error::Error>;
 
 /// Reserves the task: the attempt number it now holds, or `None` if someone else holds it.
+///
+/// `clock_timestamp()`, as the lesson writes it: the clock when the statement runs. `now()` is
+/// the start of the transaction, the same for every statement in it; here each step is one
+/// statement in a transaction of its own, so the two agree, but a lease is a time on the clock,
+/// and `clock_timestamp()` stays right if a step ever grows a second statement.
 async fn claim_task(pool: &PgPool, task_id: i64, lease_seconds: f64) -> Result<Option<i32>, Error> {
     Ok(sqlx::query_scalar(
         "UPDATE tasks SET status = 'processing', attempts = attempts + 1,
-                lease_until = now() + make_interval(secs => $2)
+                lease_until = clock_timestamp() + make_interval(secs => $2)
           WHERE id = $1
-            AND (status = 'pending' OR (status = 'processing' AND lease_until < now()))
+            AND (status = 'pending' OR (status = 'processing' AND lease_until < clock_timestamp()))
          RETURNING attempts",
     )
     .bind(task_id)
@@ -61,7 +66,7 @@ async fn complete_task(
     let done = sqlx::query(
         "UPDATE tasks SET status = 'completed', report_id = $3, lease_until = NULL
           WHERE id = $1 AND status = 'processing' AND attempts = $2
-            AND (NOT $4 OR lease_until > now())",
+            AND (NOT $4 OR lease_until > clock_timestamp())",
     )
     .bind(task_id)
     .bind(attempt)

@@ -28,11 +28,13 @@ type Error = Box<dyn std::error::Error>;
 async fn claim_task(pool: &PgPool, task_id: i64, lease_seconds: f64) -> Result<Option<i32>, Error> {
     Ok(sqlx::query_scalar(
         "UPDATE tasks SET status = 'processing', attempts = attempts + 1,
-                lease_until = now() + make_interval(secs => $2)
+                lease_until = clock_timestamp() + make_interval(secs => $2)
           WHERE id = $1 AND status = 'pending'
          RETURNING attempts",
-        // TODO(1): a task whose holder died must be taken over: also reserve a task that is
-        // 'processing' with an expired lease (lease_until < now()).
+        // TODO(1): a task whose worker died is taken over once its lease has run out, and
+        // never while it runs. As written, only a pending task can be claimed, so a task left
+        // processing by a dead worker stays stuck.
+        // Attacked by: crash-after-commit, stale-completion.
     )
     .bind(task_id)
     .bind(lease_seconds)
@@ -44,8 +46,9 @@ async fn claim_task(pool: &PgPool, task_id: i64, lease_seconds: f64) -> Result<O
 async fn create_report(reports_url: &str, task_id: i64) -> Result<i64, Error> {
     let answer: serde_json::Value = reqwest::Client::new()
         .post(format!("{reports_url}/reports"))
-        // TODO(3): a stable Idempotency-Key header, the same for every attempt at this task
-        // (not one made from the attempt number), so a retry finds the report.
+        // TODO(2): every attempt at this task, by whichever worker, must end with the same one
+        // report: a retry after a crash finds the report the first attempt made. As written,
+        // the service cannot tell a retry from a new report. Attacked by: crash-after-commit.
         .json(&serde_json::json!({"task_id": task_id, "report_type": "monthly"}))
         .send()
         .await?
@@ -65,9 +68,10 @@ async fn complete_task(
     report_id: i64,
     strict: bool,
 ) -> Result<bool, Error> {
-    // TODO(2): accept only the attempt that holds the task now (attempts = $attempt, the
-    // fencing token) and still 'processing'; strict: only while the lease runs
-    // (lease_until > now()).
+    // TODO(3): only the attempt that holds the task now may complete it: a worker whose task
+    // was taken over must not overwrite the new holder's result, and, strict, nobody completes
+    // once the lease has run out. As written, any worker completes the task at any time.
+    // Attacked by: stale-completion, expired-lease. (`lab exercise hint worker` when stuck.)
     let _ = (attempt, strict);
     let done = sqlx::query(
         "UPDATE tasks SET status = 'completed', report_id = $2, lease_until = NULL
