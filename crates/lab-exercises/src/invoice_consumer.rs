@@ -55,10 +55,9 @@
 use std::time::{Duration, Instant};
 
 use lab_core::Msg;
-use lab_services::mailer;
+use lab_services::mailer::{self, Email};
 use lab_services::spec::ServiceEnv;
 use redis::aio::MultiplexedConnection;
-use serde::Deserialize;
 
 use crate::charge_once::with_payments_space;
 use crate::error::ExerciseError;
@@ -152,14 +151,6 @@ impl Job {
     fn subject(&self) -> String {
         format!("Invoice {} v{}", self.order, self.version)
     }
-}
-
-/// An email as the mailer lists it.
-#[derive(Debug, Clone, Deserialize)]
-struct Email {
-    email_id: String,
-    to: String,
-    subject: String,
 }
 
 /// What the invoice-consumer checks work with.
@@ -443,23 +434,11 @@ impl InvoiceConsumer {
     }
 
     async fn list_emails(&self, job: &Job) -> Result<Vec<Email>, ExerciseError> {
-        #[derive(Deserialize)]
-        struct Listed {
-            emails: Vec<Email>,
-        }
-        let listed: Listed = self
-            .rig
-            .http
-            .get(format!("{}/emails", self.mailer))
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(ExerciseError::http("mailer's list"))?
-            .json()
+        let emails = lab_services::admin::Admin::new(&self.rig.http, &self.mailer)
+            .emails()
             .await
             .map_err(ExerciseError::http("mailer's list"))?;
-        Ok(listed
-            .emails
+        Ok(emails
             .into_iter()
             .filter(|e| e.subject == job.subject())
             .collect())
@@ -1014,6 +993,7 @@ mod tests {
             email_id: "e1".into(),
             to: to.into(),
             subject: "Invoice x v1".into(),
+            key: None,
         };
         assert!(one_email(&[email("a")]).is_ok());
         for (emails, key) in [
@@ -1136,6 +1116,7 @@ mod tests {
             email_id: "e1".into(),
             to: to.into(),
             subject: "Invoice x v1".into(),
+            key: None,
         };
         let anna = [email("anna@example.com")];
         assert_eq!(failed(judge_versions(&anna, &anna)), "pass");
