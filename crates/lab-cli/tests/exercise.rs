@@ -181,10 +181,31 @@ fn list_and_hints_speak_both_languages() {
             stdout(&hint)
         );
     }
-    let hint = lab(&["exercise", "hint", "report-api", "--level", "2"])
+    // The levels climb: the second names the idea, only the third spells the SQL.
+    let hint = |level: &str, lang: &str| {
+        let out = lab(&[
+            "exercise",
+            "hint",
+            "report-api",
+            "--level",
+            level,
+            "--lang",
+            lang,
+        ])
         .output()
         .unwrap();
-    assert!(stdout(&hint).contains("ON CONFLICT"));
+        assert_code(&out, 0);
+        stdout(&out)
+    };
+    let idea = hint("2", "en");
+    assert!(
+        idea.contains("UNIQUE index") && !idea.contains("ON CONFLICT"),
+        "{idea}"
+    );
+    let sql = hint("3", "en");
+    assert!(sql.contains("ON CONFLICT (idempotency_key)"), "{sql}");
+    let idea_ru = hint("2", "ru");
+    assert!(idea_ru.contains("уникальный индекс"), "{idea_ru}");
 }
 
 #[test]
