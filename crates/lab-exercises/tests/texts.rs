@@ -263,3 +263,118 @@ fn the_russian_texts_keep_the_courses_voice() {
         }
     }
 }
+
+/// The words of each exercise's fix: what its third hint shows. A starter's TODO says what must
+/// hold and which checks attack it; the how is the hints' (rustlings' way), so no TODO may
+/// carry these, in either language's starter.
+const HOW: &[(&str, &[&str])] = &[
+    (
+        "report-api",
+        &[
+            "on conflict",
+            "do nothing",
+            "returning",
+            "advisory",
+            "for update",
+            "serializable",
+            "unique",
+        ],
+    ),
+    (
+        "worker",
+        &[
+            "clock_timestamp",
+            "lease_until >",
+            "skip locked",
+            "attempts =",
+            "where ",
+        ],
+    ),
+    (
+        "charge-once",
+        &[
+            "retry_on_error",
+            "set_number_of_retries",
+            "coordinate(",
+            "in_flight",
+            "fingerprint_of",
+        ],
+    ),
+    (
+        "relay",
+        &[
+            "jitter",
+            "exponential",
+            "kept_headers",
+            "random",
+            "asyncio.sleep",
+        ],
+    ),
+    (
+        "invoice-consumer",
+        &[
+            "xautoclaim",
+            "send_invoice_once",
+            "IdempotencyInProgressError",
+            "Error::InProgress",
+            "IdempotencyKeyReuseError",
+            "Error::KeyReused",
+            "min_idle",
+        ],
+    ),
+];
+
+/// The comment lines of each TODO in a starter's source: the `TODO(` line and the comment
+/// lines that follow it.
+fn todos(source: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut current: Option<String> = None;
+    for line in source.lines() {
+        let trimmed = line.trim_start();
+        let comment = trimmed
+            .strip_prefix("//")
+            .or_else(|| trimmed.strip_prefix('#'));
+        match (comment, current.as_mut()) {
+            (Some(text), _) if text.trim_start().starts_with("TODO(") => {
+                found.extend(current.take());
+                current = Some(text.to_string());
+            }
+            (Some(text), Some(todo)) => {
+                todo.push(' ');
+                todo.push_str(text);
+            }
+            _ => found.extend(current.take()),
+        }
+    }
+    found.extend(current);
+    found
+}
+
+#[test]
+fn starters_say_what_must_hold_and_leave_the_how_to_the_hints() {
+    for exercise in lab_exercises::EXERCISES {
+        let Some((_, how)) = HOW.iter().find(|(name, _)| *name == exercise.name) else {
+            panic!("{}: say in HOW what its fix is made of", exercise.name);
+        };
+        let mut seen = 0;
+        for (path, bytes) in lab_exercises::files::under(exercise.name) {
+            if !path.contains("starter/") || !(path.ends_with(".py") || path.ends_with(".rs")) {
+                continue;
+            }
+            let source = std::str::from_utf8(bytes).unwrap();
+            for todo in todos(source) {
+                seen += 1;
+                let lower = todo.to_lowercase().replace(['_', ' '], "");
+                for word in *how {
+                    let word_lower = word.to_lowercase();
+                    let squeezed = word_lower.replace(['_', ' '], "");
+                    assert!(
+                        !todo.to_lowercase().contains(&word_lower) && !lower.contains(&squeezed),
+                        "{path}: a TODO spells the fix ({word:?}): {todo}"
+                    );
+                }
+            }
+        }
+        assert!(seen >= 2, "{}: its starters have TODOs", exercise.name);
+    }
+}

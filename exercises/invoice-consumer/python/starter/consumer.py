@@ -2,19 +2,13 @@
 job is delivered.
 
 THE STARTER: it sends every job it reads, and acks it first. The three TODOs below are the
-lesson; `lab exercise check invoice-consumer` says which of its checks each one fixes.
+lesson: each says what must hold and names the checks of `lab exercise check invoice-consumer`
+that attack it; `lab exercise hint invoice-consumer` says how, a level at a time.
 
 It reads InvoiceJobs from a Redis Stream in a consumer group and sends each invoice through the
-mailer with send_invoice_once: the key names the invoice (tenant, order, version), never the
-delivery, so a job delivered again (a new delivery_id after a lost ack, or the same entry claimed
-again) replays the stored email_id instead of sending a second email. The fingerprint covers the
-recipient: an old version sent to another address is refused.
-
-The entry is acked only once send_invoice_once has returned (the result is stored), never before
-the send. A duplicate that meets a send in progress (IdempotencyInProgressError) is not acked: it
-stays pending, and is claimed again after its idle time. Redis Streams has no visibility timeout:
-an entry delivered to a consumer that died stays pending until someone claims it, so every loop
-first claims the entries idle for longer than CLAIM_IDLE_MS (XAUTOCLAIM), then reads new ones.
+mailer. A queue delivers at least once: the same invoice comes again after a lost ack, after a
+consumer died, or as a new job with a new delivery_id. send_invoice_once below is the lesson's
+coordinator around the send, with the key and the fingerprint the README's contract names.
 
 Run it alone:  REDIS_URL=redis://127.0.0.1:6379/0 KEY_PREFIX=dev:idempotency: STREAM=invoices \\
                GROUP=invoicing CONSUMER=a MAILER_URL=http://127.0.0.1:9000 .venv/bin/python consumer.py
@@ -110,13 +104,16 @@ async def handle(entry_id, fields) -> None:
         log.error("entry %s is not an InvoiceJob; acked, never sent", entry_id)
         await redis.xack(STREAM, GROUP, entry_id)
         return
-    # TODO(ack-after-send, in-progress-duplicate): ack only once the send is settled: after
-    # send_invoice_once returned (the result is stored), never before; not at all when it
-    # raises IdempotencyInProgressError (another consumer is sending it: leave it pending).
+    # TODO(ack-after-send, in-progress-duplicate): an ack says "settled": the email sent and its
+    # id stored, or the entry refused for good. An entry acked before that is lost if this
+    # consumer dies in between; a duplicate that meets another consumer's send still in
+    # progress is not settled either (that consumer may hold this very entry). As written,
+    # every entry is acked before anything else happens.
     await redis.xack(STREAM, GROUP, entry_id)
-    # TODO(redelivered, changed-recipient, ack-lost): send through send_invoice_once, whose
-    # key names the invoice (never the delivery) and whose fingerprint is the recipient; an
-    # IdempotencyKeyReuseError (another address for an old version) is refused for good.
+    # TODO(redelivered, changed-recipient, ack-lost): one email per invoice version, however
+    # often and under whatever delivery_id its job comes: a job delivered again gets the email
+    # already sent, and an old version for another address is refused, never sent. As
+    # written, every delivery sends a new email.
     try:
         result = await send(job, "")
     except httpx.HTTPError as e:
@@ -128,11 +125,10 @@ async def handle(entry_id, fields) -> None:
 async def consume(stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
-            # TODO(ack-lost, in-progress-duplicate): there is no visibility timeout in Redis
-            # Streams: an entry delivered to a consumer that died stays pending until someone
-            # claims it. First claim the entries idle for longer than CLAIM_IDLE_MS
-            # (redis.xautoclaim), and handle them like new ones.
-            # Then new ones, waiting at most 200 ms for them.
+            # TODO(ack-lost, in-progress-duplicate): an entry whose consumer died before
+            # acking it is handled again by a live consumer once it has been idle for
+            # CLAIM_IDLE_MS. As written, this loop reads only new entries, and an entry left
+            # pending waits for ever.
             read = await redis.xreadgroup(GROUP, CONSUMER, {STREAM: ">"}, count=10, block=200)
             for _, entries in read:
                 for entry_id, fields in entries:

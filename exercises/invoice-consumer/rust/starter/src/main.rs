@@ -2,20 +2,15 @@
 //! job is delivered.
 //!
 //! THE STARTER: it sends every job it reads, and acks it first. The three TODOs below are the
-//! lesson; `lab exercise check invoice-consumer` says which of its checks each one fixes.
+//! lesson: each says what must hold and names the checks of `lab exercise check
+//! invoice-consumer` that attack it; `lab exercise hint invoice-consumer` says how, a level at a
+//! time.
 //!
 //! It reads invoice jobs from a Redis Stream in a consumer group and sends each invoice through
-//! the mailer with [`send_invoice_once`]: the key names the invoice (tenant, order, version),
-//! never the delivery, so a job delivered again (a new delivery id after a lost ack, or the
-//! same entry claimed again) replays the stored email id instead of sending a second email.
-//! The fingerprint covers the recipient: an old version sent to another address is refused.
-//!
-//! The entry is acked only once `send_invoice_once` has returned (the result is stored), never
-//! before the send. A duplicate that meets a send in progress ([`idem::Error::InProgress`]) is
-//! not acked: it stays pending, and is claimed again after its idle time. Redis Streams has no
-//! visibility timeout: an entry delivered to a consumer that died stays pending until someone
-//! claims it, so every loop first claims the entries idle for longer than `CLAIM_IDLE_MS`
-//! (`XAUTOCLAIM`), then reads new ones.
+//! the mailer. A queue delivers at least once: the same invoice comes again after a lost ack,
+//! after a consumer died, or as a new job with a new delivery id. [`send_invoice_once`] is the
+//! lesson's coordinator around the send, with the key and the fingerprint the README's contract
+//! names.
 //!
 //! Run it alone: `REDIS_URL=redis://127.0.0.1:6379/0 KEY_PREFIX=dev:idempotency: STREAM=invoices
 //! GROUP=invoicing CONSUMER=a MAILER_URL=http://127.0.0.1:9000 cargo run`
@@ -25,7 +20,7 @@ use std::time::Duration;
 use idem::{Coordinator, InFlight, Policy};
 use redis::AsyncCommands as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
+use redis::streams::{StreamId, StreamReadOptions, StreamReadReply};
 use serde_json::json;
 
 /// An invoice's result is kept a day: the longest the queue redelivers a job.
@@ -138,14 +133,16 @@ impl Consumer {
             );
             return self.ack(&entry.id).await;
         };
-        // TODO(ack-after-send, in-progress-duplicate): ack only once the send is settled:
-        // after send_invoice_once returned (the result is stored), never before; not at all on
-        // idem::Error::InProgress (another consumer is sending it: leave it pending).
+        // TODO(ack-after-send, in-progress-duplicate): an ack says "settled": the email sent
+        // and its id stored, or the entry refused for good. An entry acked before that is lost
+        // if this consumer dies in between; a duplicate that meets another consumer's send
+        // still in progress is not settled either (that consumer may hold this very entry).
+        // As written, every entry is acked before anything else happens.
         self.ack(&entry.id).await;
-        // TODO(redelivered, changed-recipient, ack-lost): send through send_invoice_once,
-        // whose key names the invoice (never the delivery) and whose fingerprint is the
-        // recipient; idem::Error::KeyReused (another address for an old version) is refused
-        // for good.
+        // TODO(redelivered, changed-recipient, ack-lost): one email per invoice version,
+        // however often and under whatever delivery id its job comes: a job delivered again
+        // gets the email already sent, and an old version for another address is refused,
+        // never sent. As written, every delivery sends a new email.
         let _ = send_invoice_once;
         match send(self, &job, "").await {
             Ok(result) => println!(
@@ -159,11 +156,10 @@ impl Consumer {
     /// One round: the entries left pending past their idle time, then new ones.
     async fn round(&self) -> redis::RedisResult<()> {
         let mut redis = self.redis.clone();
-        // TODO(ack-lost, in-progress-duplicate): there is no visibility timeout in Redis
-        // Streams: an entry delivered to a consumer that died stays pending until someone
-        // claims it. First claim the entries idle for longer than `claim_idle_ms`
-        // (`xautoclaim_options`, StreamAutoClaimOptions), and handle them like new ones.
-        let _ = (self.claim_idle_ms, StreamAutoClaimOptions::default);
+        // TODO(ack-lost, in-progress-duplicate): an entry whose consumer died before acking it
+        // is handled again by a live consumer once it has been idle for `claim_idle_ms`. As
+        // written, this round reads only new entries, and an entry left pending waits for ever.
+        let _ = self.claim_idle_ms;
         let read: StreamReadReply = redis
             .xread_options(
                 &[&self.stream],
