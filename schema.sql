@@ -66,3 +66,28 @@ CREATE TABLE IF NOT EXISTS report_notifications (
     report_id  bigint,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- ─── Lesson C: the invoice worker's own database ────────────────────────────────────────────
+--
+-- The invoice worker books every invoice it handles: one row per booking. Nothing here stops a
+-- second row for the same invoice; that is the point of the `worker` scenario's last part. The
+-- coordinator's record lives in Redis, the ledger here, and a worker that dies between its
+-- COMMIT and the coordinator storing the result leaves a row the coordinator does not know of.
+CREATE TABLE IF NOT EXISTS invoice_ledger (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    order_id        uuid NOT NULL,
+    invoice_version integer NOT NULL,
+    booked_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- The processing record: written in the same transaction as the booking, under the job's own
+-- identity (the coordinator's operation and key). The primary key lets one transaction per job
+-- insert it; a job handled again finds it and books nothing. ledger_id is NULL only inside the
+-- transaction that is booking.
+CREATE TABLE IF NOT EXISTS processed_jobs (
+    operation       text NOT NULL,
+    idempotency_key text NOT NULL,
+    ledger_id       bigint,
+    processed_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (operation, idempotency_key)
+);

@@ -63,10 +63,17 @@ async fn psql_creates_the_lessons_tables_and_the_runs_use_exactly_those() {
     own.close().await;
     assert_eq!(
         created,
-        ["naive_reports", "report_notifications", "reports", "tasks"]
-            .map(String::from)
-            .into_iter()
-            .collect::<BTreeSet<_>>()
+        [
+            "invoice_ledger",
+            "naive_reports",
+            "processed_jobs",
+            "report_notifications",
+            "reports",
+            "tasks",
+        ]
+        .map(String::from)
+        .into_iter()
+        .collect::<BTreeSet<_>>()
     );
 
     // Every scenario's run: its tables are schema.sql's, and together they are all of them.

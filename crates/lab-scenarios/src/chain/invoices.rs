@@ -21,6 +21,12 @@
 //! Two broken designs run beside it ([`Design`]), so the class sees what each rule prevents: a
 //! key from the delivery (new on every delivery: a redelivery sends again) and an ack before the
 //! send (a worker that dies after acknowledging leaves nothing to redeliver: no email at all).
+//!
+//! The same worker can also book each invoice in its own PostgreSQL instead of mailing it
+//! ([`Action::Book`]): a row in `invoice_ledger`, alone, or in one transaction with a processing
+//! record in `processed_jobs`, whose primary key is the job's operation and key. The coordinator
+//! guards both the same way; only the second stays one row when the coordinator's record and
+//! the ledger part ways (a worker that dies after its COMMIT, before the result is stored).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +37,7 @@ use lab_services::mailer::EmailRequest;
 use parking_lot::Mutex;
 use redis::aio::ConnectionLike;
 use serde_json::{Value, json};
+use sqlx::PgPool;
 
 use super::queue::{Delivery, Queue};
 use crate::kit::Caller;
@@ -42,6 +49,8 @@ pub const RESULT_TTL: Duration = Duration::from_secs(86_400);
 pub const BEFORE_ACK: &str = "worker.before_ack";
 /// Checkpoint: the worker holds the invoice's key and is about to call the mailer.
 pub const SENDING: &str = "worker.sending";
+/// Checkpoint: the worker has committed its booking, and the coordinator has not stored it yet.
+pub const BOOKED: &str = "worker.booked";
 
 /// Stream entries by the order they were published in, so the story can say "entry 2" instead of
 /// a timestamped id that changes every run.
@@ -73,13 +82,13 @@ impl Entries {
     }
 }
 
-/// What happened to a delivery.
+/// What happened to a delivery. `result` is the email id (or, for a booking, the ledger row).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handled {
-    /// The invoice was sent now, and the job acknowledged (or the ack failed).
-    Sent { email_id: String, acked: bool },
-    /// A stored send was replayed, nothing mailed, and the job acknowledged (or the ack failed).
-    Replayed { email_id: String, acked: bool },
+    /// The action ran now, and the job was acknowledged (or the ack failed).
+    Sent { result: String, acked: bool },
+    /// A stored result was replayed, nothing ran, and the job was acknowledged (or the ack failed).
+    Replayed { result: String, acked: bool },
     /// Another delivery holds the invoice's key: not acknowledged.
     InProgress,
     /// The version was sent to another recipient: dead-lettered.
@@ -100,6 +109,57 @@ pub enum Design {
     AckBeforeSend,
 }
 
+/// What the worker does with an invoice, inside the coordinator.
+#[derive(Clone, Default)]
+pub enum Action {
+    /// The lesson's: send it through the mailer.
+    #[default]
+    Mail,
+    /// Book it in the worker's own database: a row in `invoice_ledger`.
+    Book {
+        pool: PgPool,
+        /// In one transaction with a processing record (`processed_jobs`), or alone.
+        with_record: bool,
+    },
+}
+
+impl Action {
+    /// The operation's name, before the tenant: a booking is not a send, and has keys of its own.
+    fn operation(&self) -> &'static str {
+        match self {
+            Action::Mail => "mail.invoice",
+            Action::Book { .. } => "ledger.invoice",
+        }
+    }
+
+    /// The field of the action's result that names what it made.
+    fn result_field(&self) -> &'static str {
+        match self {
+            Action::Mail => "email_id",
+            Action::Book { .. } => "ledger_id",
+        }
+    }
+
+    /// What the worker says when the coordinator ran the action, or replayed it.
+    fn done_msg(&self, replayed: bool) -> &'static str {
+        match (self, replayed) {
+            (Action::Mail, false) => "invoices.sent",
+            (Action::Mail, true) => "invoices.replayed",
+            (Action::Book { .. }, false) => "ledger.ran",
+            (Action::Book { .. }, true) => "ledger.replayed",
+        }
+    }
+}
+
+/// Why an action failed: the mailer's answer, or the database.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error("mailer: {0}")]
+    Mail(#[from] reqwest::Error),
+    #[error("database: {0}")]
+    Book(#[from] sqlx::Error),
+}
+
 /// What an invoice worker is made of.
 pub struct WorkerConfig<C> {
     /// Its consumer name in the group, and its label in the story (`worker.<name>`).
@@ -114,6 +174,7 @@ pub struct WorkerConfig<C> {
     pub checkpoints: Checkpoints,
     pub entries: Entries,
     pub design: Design,
+    pub action: Action,
 }
 
 /// One invoice worker: a consumer of the queue, with its own coordinator.
@@ -128,6 +189,7 @@ pub struct InvoiceWorker<C> {
     checkpoints: Checkpoints,
     entries: Entries,
     design: Design,
+    action: Action,
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
@@ -146,6 +208,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
             checkpoints: config.checkpoints,
             entries: config.entries,
             design: config.design,
+            action: config.action,
         }
     }
 
@@ -189,7 +252,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
         ) else {
             return self.reject(delivery, "ids_not_uuids").await;
         };
-        let operation = format!("mail.invoice.{}", tenant.simple());
+        let operation = format!("{}.{}", self.action.operation(), tenant.simple());
         let key = match self.design {
             Design::KeyFromDelivery => delivery.delivery_id(),
             Design::Lesson | Design::AckBeforeSend => {
@@ -204,34 +267,30 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
         let request = Request::new(&operation, &key, RESULT_TTL).fingerprint(&fingerprint);
         let sent = self
             .coordinator
-            .coordinate(request, |_| self.send(delivery))
+            .coordinate(request, |_| self.act(delivery, &operation, &key))
             .await;
         match &sent {
             Ok(done) => {
-                tracing::info!(source = ?done.source, email_id = ?done.value["email_id"], "invoice handled")
+                tracing::info!(source = ?done.source, result = ?done.value, "invoice handled")
             }
             Err(error) => tracing::info!(%error, "invoice not sent"),
         }
         match sent {
             Ok(done) => {
-                let email_id = done.value["email_id"].as_str().unwrap_or("?").to_string();
+                let result = match &done.value[self.action.result_field()] {
+                    Value::String(id) => id.clone(),
+                    other => other.to_string(),
+                };
                 let replayed = matches!(done.source, Source::Replayed);
-                self.tell(
-                    Msg::new(if replayed {
-                        "invoices.replayed"
-                    } else {
-                        "invoices.sent"
-                    })
-                    .arg("id", email_id.as_str()),
-                )
-                .await;
+                self.tell(Msg::new(self.action.done_msg(replayed)).arg("id", result.as_str()))
+                    .await;
                 self.checkpoints.reached(BEFORE_ACK).await;
                 let acked =
                     self.design == Design::AckBeforeSend || self.acknowledge(delivery).await;
                 if replayed {
-                    Handled::Replayed { email_id, acked }
+                    Handled::Replayed { result, acked }
                 } else {
-                    Handled::Sent { email_id, acked }
+                    Handled::Sent { result, acked }
                 }
             }
             Err(idem::Error::InProgress { .. }) => {
@@ -274,6 +333,109 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
                 Handled::Failed
             }
         }
+    }
+
+    /// The action the coordinator guards: the send, or the booking.
+    async fn act(
+        &self,
+        delivery: &Delivery,
+        operation: &str,
+        key: &str,
+    ) -> Result<Value, ActionError> {
+        match &self.action {
+            Action::Mail => Ok(self.send(delivery).await?),
+            Action::Book { pool, with_record } => {
+                let booked = if *with_record {
+                    self.book_with_record(pool, delivery, operation, key)
+                        .await?
+                } else {
+                    self.book_alone(pool, delivery).await?
+                };
+                self.checkpoints.reached(BOOKED).await;
+                Ok(json!({ "ledger_id": booked }))
+            }
+        }
+    }
+
+    /// The booking alone: one INSERT, committed. Only the coordinator's record in Redis stands
+    /// between a redelivery and a second row.
+    async fn book_alone(&self, pool: &PgPool, delivery: &Delivery) -> Result<i64, sqlx::Error> {
+        let job = &delivery.job;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO invoice_ledger (order_id, invoice_version) VALUES ($1::uuid, $2) RETURNING id",
+        )
+        .bind(&job.order_id)
+        .bind(i64::from(job.invoice_version))
+        .fetch_one(pool)
+        .await?;
+        self.tell(
+            Msg::new("ledger.booked")
+                .arg("version", i64::from(job.invoice_version))
+                .arg("id", id),
+        )
+        .await;
+        Ok(id)
+    }
+
+    /// The booking in one transaction with the job's processing record. The record goes first:
+    /// its primary key lets one transaction per job insert it (a second one waits for the first
+    /// to end, then inserts nothing), and only the transaction that inserted it books. A job
+    /// processed before finds the record and answers with the row it booked. The record's
+    /// identity is the coordinator's: the same operation and key.
+    async fn book_with_record(
+        &self,
+        pool: &PgPool,
+        delivery: &Delivery,
+        operation: &str,
+        key: &str,
+    ) -> Result<i64, sqlx::Error> {
+        let job = &delivery.job;
+        let mut tx = pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO processed_jobs (operation, idempotency_key) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(operation)
+        .bind(key)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            let id: i64 = sqlx::query_scalar(
+                "SELECT ledger_id FROM processed_jobs WHERE operation = $1 AND idempotency_key = $2",
+            )
+            .bind(operation)
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            self.tell(Msg::new("ledger.already_processed").arg("id", id))
+                .await;
+            return Ok(id);
+        }
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO invoice_ledger (order_id, invoice_version) VALUES ($1::uuid, $2) RETURNING id",
+        )
+        .bind(&job.order_id)
+        .bind(i64::from(job.invoice_version))
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE processed_jobs SET ledger_id = $3 WHERE operation = $1 AND idempotency_key = $2",
+        )
+        .bind(operation)
+        .bind(key)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.tell(
+            Msg::new("ledger.booked_with_record")
+                .arg("version", i64::from(job.invoice_version))
+                .arg("id", id),
+        )
+        .await;
+        Ok(id)
     }
 
     /// The action: asks the mailer to send the invoice.

@@ -21,9 +21,10 @@ pub mod worker;
 
 use crate::scenario::Lesson;
 
-/// The lesson: its state is in Redis and in the services, so no tables of its own.
+/// The lesson: its state is in Redis and in the services, and the invoice worker's own database
+/// (`invoice_ledger`, `processed_jobs`) is in the top-level schema.sql, as every lesson's tables.
 pub const LESSON: Lesson = Lesson {
     id: "C",
     order: 3,
-    schema: "",
+    schema: lab_services::reports::SCHEMA_SQL,
 };

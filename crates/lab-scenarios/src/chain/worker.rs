@@ -24,9 +24,16 @@
 //! an ack before the send (A acknowledges and dies before sending: nothing stays pending, and no
 //! email goes out at all).
 //!
+//! Last, the workers' own database: they book an invoice in PostgreSQL (`invoice_ledger`) inside
+//! the coordinator. Worker A books and dies after its COMMIT, before the coordinator stores the
+//! result; the reservation expires (simulated), B claims the entry and books again: two rows.
+//! Booked in one transaction with a processing record (`processed_jobs`), the same schedule
+//! leaves one row: B's transaction finds A's record and books nothing.
+//!
 //! Facts: `emails_sent` = 2, `v1_redelivery_email_id` = "em_1", `recipient_change_rejected` =
 //! true, `in_progress_not_acked` = true, `all_jobs_settled` = true; `delivery_key_emails` = 2;
-//! `ack_first_pending` = 0, `ack_first_claimed_again` = false, `ack_first_emails` = 0.
+//! `ack_first_pending` = 0, `ack_first_claimed_again` = false, `ack_first_emails` = 0;
+//! `ledger_rows_alone` = 2, `ledger_rows_with_record` = 1.
 
 use std::time::Duration;
 
@@ -36,7 +43,9 @@ use lab_services::admin::Admin;
 use lab_services::mailer;
 use lab_services::stage::REDIS_HOP;
 
-use super::invoices::{BEFORE_ACK, Design, Entries, Handled, InvoiceWorker, SENDING, WorkerConfig};
+use super::invoices::{
+    Action, BEFORE_ACK, BOOKED, Design, Entries, Handled, InvoiceWorker, SENDING, WorkerConfig,
+};
 use super::queue::{CLAIM_MIN_IDLE, InvoiceJob, Queue};
 use crate::kit::payments::{ORDER, TENANT};
 use crate::kit::{Caller, redis};
@@ -45,7 +54,8 @@ use crate::{Ctx, FaultUse, Hop, Requires, Scenario, ScenarioError, ScenarioResul
 pub const SCENARIO: Scenario = Scenario {
     order: 2,
     requires: Requires {
-        postgres: false,
+        // The workers' own database, in the last part.
+        postgres: true,
         redis: true,
         services: &[&mailer::SPEC],
         faults: FaultUse::Toxics(&[Hop::Redis]),
@@ -93,6 +103,11 @@ struct Workers {
 impl Workers {
     /// A worker of the queue, written as `design` says.
     fn worker(&self, name: &'static str, design: Design) -> InvoiceWorker<Conn> {
+        self.doing(name, design, Action::Mail)
+    }
+
+    /// A worker of the queue, written as `design` says, that does `action` with each invoice.
+    fn doing(&self, name: &'static str, design: Design, action: Action) -> InvoiceWorker<Conn> {
         InvoiceWorker::new(WorkerConfig {
             name,
             queue: self.queue.clone(),
@@ -103,6 +118,7 @@ impl Workers {
             checkpoints: self.checkpoints.clone(),
             entries: self.entries.clone(),
             design,
+            action,
         })
     }
 }
@@ -227,6 +243,8 @@ async fn run(ctx: &Ctx) -> ScenarioResult {
     settled(ctx, &s).await?;
     key_from_delivery(ctx, &s).await?;
     ack_before_send(ctx, &s).await?;
+    booked_alone(ctx, &s).await?;
+    booked_with_record(ctx, &s).await?;
     ctx.narrator.explain();
     ctx.narrator.quiz();
     Ok(())
@@ -317,9 +335,7 @@ async fn redelivery_replays(ctx: &Ctx, s: &Setup) -> ScenarioResult {
     timeout_passes(s).await?;
     let redelivered = s.b.take_redelivered().await?;
     let v1_again = match &redelivered {
-        Some(Handled::Replayed { email_id, .. } | Handled::Sent { email_id, .. }) => {
-            email_id.clone()
-        }
+        Some(Handled::Replayed { result, .. } | Handled::Sent { result, .. }) => result.clone(),
         _ => String::new(),
     };
     n.fact("v1_redelivery_email_id", v1_again.as_str());
@@ -459,6 +475,149 @@ async fn ack_before_send(ctx: &Ctx, s: &Setup) -> ScenarioResult {
     n.fact("ack_first_claimed_again", claimed.is_some());
     n.fact("ack_first_emails", sent);
     n.note(Msg::new("note.ack_first").arg("emails", sent));
+    Ok(())
+}
+
+/// The orders of the bookings' jobs: one per part, so their keys are their own.
+const BOOKED_ALONE_ORDER: &str = "8f3b6c1d-2e4a-4b7c-9d0e-1a2b3c4d5e6f";
+const BOOKED_WITH_RECORD_ORDER: &str = "a41c7e92-6b3d-4c58-8e1f-0d9b2a7c3e54";
+
+/// A job of `order`, version 1, to the lesson's recipient.
+fn job_of(order: &str) -> InvoiceJob {
+    InvoiceJob {
+        order_id: order.to_string(),
+        ..job(1, ANNA)
+    }
+}
+
+/// Worker A books `order`'s invoice and dies after its COMMIT, before the coordinator stores
+/// the result: the ledger row is there, the reservation stays without a result, and the entry
+/// stays pending.
+async fn a_books_and_dies(ctx: &Ctx, s: &Setup, order: &str, with_record: bool) -> ScenarioResult {
+    let n = &ctx.narrator;
+    let a = s
+        .workers
+        .doing("a", Design::Lesson, booking(ctx, with_record)?);
+    publish(ctx, s, &job_of(order)).await?;
+    ctx.hold(BOOKED).call(a.take_new()).await?.crash();
+    n.note("note.crashed_after_commit");
+    show_ledger(ctx, order).await?;
+    show_pending(ctx, s).await?;
+    Ok(())
+}
+
+/// The reservation A left expires (simulated: PEXPIRE to 1 ms), the entry looks idle for long
+/// enough, and worker B claims it and books.
+async fn b_claims(ctx: &Ctx, s: &Setup, order: &str, with_record: bool) -> ScenarioResult {
+    let b = s
+        .workers
+        .doing("b", Design::Lesson, booking(ctx, with_record)?);
+    expire_now_booking(ctx, order).await?;
+    timeout_passes(s).await?;
+    b.take_redelivered().await?;
+    show_pending(ctx, s).await?;
+    Ok(())
+}
+
+fn booking(ctx: &Ctx, with_record: bool) -> Result<Action, ScenarioError> {
+    Ok(Action::Book {
+        pool: ctx.pg()?.clone(),
+        with_record,
+    })
+}
+
+/// Expires the coordinator's reservation of `order`'s booking (version 1) at once.
+async fn expire_now_booking(ctx: &Ctx, order: &str) -> ScenarioResult {
+    let order = uuid::Uuid::parse_str(order).map_err(|e| broken(&e.to_string()))?;
+    let record_key = idem::key::record_key(
+        &format!("{}{}", ctx.space.prefix, idem::DEFAULT_PREFIX),
+        idem::Identifiers {
+            operation: &format!("ledger.invoice.{}", TENANT.simple()),
+            key: &format!("{}.v1", order.simple()),
+        },
+    );
+    crate::kit::redis::expire_now(&mut ctx.redis()?, &record_key).await
+}
+
+/// The ledger's rows for `order`, read from the workers' database; returns how many.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
+async fn show_ledger(ctx: &Ctx, order: &str) -> Result<usize, ScenarioError> {
+    let rows: Vec<(i64, i32)> = sqlx::query_as(
+        "SELECT id, invoice_version FROM invoice_ledger WHERE order_id = $1::uuid ORDER BY id",
+    )
+    .bind(order)
+    .fetch_all(ctx.pg()?)
+    .await?;
+    ctx.narrator.state(Table {
+        title: Msg::new("table.ledger"),
+        columns: ["id", "order_id", "invoice_version"]
+            .map(String::from)
+            .to_vec(),
+        rows: rows
+            .iter()
+            .map(|(id, version)| vec![id.to_string(), order[..8].to_string(), version.to_string()])
+            .collect(),
+    });
+    Ok(rows.len())
+}
+
+/// The processing records, read from the workers' database.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
+async fn show_processed(ctx: &Ctx) -> ScenarioResult {
+    let rows: Vec<(String, String, Option<i64>)> = sqlx::query_as(
+        "SELECT operation, idempotency_key, ledger_id FROM processed_jobs ORDER BY processed_at",
+    )
+    .fetch_all(ctx.pg()?)
+    .await?;
+    ctx.narrator.state(Table {
+        title: Msg::new("table.processed"),
+        columns: ["operation", "idempotency_key", "ledger_id"]
+            .map(String::from)
+            .to_vec(),
+        rows: rows
+            .into_iter()
+            .map(|(operation, key, ledger_id)| {
+                vec![
+                    operation,
+                    key,
+                    ledger_id.map_or_else(|| "NULL".to_string(), |id| id.to_string()),
+                ]
+            })
+            .collect(),
+    });
+    Ok(())
+}
+
+/// The workers' own database, the booking alone: A books and dies after its COMMIT, the
+/// reservation expires, and B books the same invoice again.
+async fn booked_alone(ctx: &Ctx, s: &Setup) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.ledger_alone");
+    n.step("step.ledger_alone").await?;
+    a_books_and_dies(ctx, s, BOOKED_ALONE_ORDER, false).await?;
+    n.step("step.ledger_claimed").await?;
+    b_claims(ctx, s, BOOKED_ALONE_ORDER, false).await?;
+    let rows = show_ledger(ctx, BOOKED_ALONE_ORDER).await?;
+    n.fact("ledger_rows_alone", rows);
+    n.note(Msg::new("note.ledger_alone").arg("rows", rows));
+    Ok(())
+}
+
+/// The same schedule, with the booking in one transaction with its processing record: B's
+/// transaction finds A's record and books nothing.
+async fn booked_with_record(ctx: &Ctx, s: &Setup) -> ScenarioResult {
+    let n = &ctx.narrator;
+    n.side("side.ledger_with_record");
+    n.step("step.ledger_with_record").await?;
+    a_books_and_dies(ctx, s, BOOKED_WITH_RECORD_ORDER, true).await?;
+    n.predict("predict_with_record").await?;
+    n.step("step.ledger_claimed").await?;
+    b_claims(ctx, s, BOOKED_WITH_RECORD_ORDER, true).await?;
+    let rows = show_ledger(ctx, BOOKED_WITH_RECORD_ORDER).await?;
+    show_processed(ctx).await?;
+    n.fact("ledger_rows_with_record", rows);
+    n.reveal(Msg::new("reveal_with_record").arg("rows", rows))
+        .await?;
     Ok(())
 }
 
