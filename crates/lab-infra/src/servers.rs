@@ -15,7 +15,7 @@ use redis::aio::MultiplexedConnection;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 
-use crate::binaries::PgBinaries;
+use crate::binaries::{PgBinaries, RedisBinary};
 use crate::postgres::Cluster;
 use crate::process::ThrowawayServer;
 use crate::template::TemplatePlace;
@@ -171,7 +171,7 @@ pub struct Plan {
 /// The throwaway server programs a call needs, found before anything is started.
 struct Programs {
     postgres: Option<PgBinaries>,
-    redis: Option<std::path::PathBuf>,
+    redis: Option<RedisBinary>,
 }
 
 impl Programs {
@@ -214,7 +214,11 @@ impl Servers {
                 None => match binaries::find_postgres().await {
                     Some(b) => {
                         let version = binaries::version_of(&b.postgres).await.unwrap_or_default();
-                        Ok(format!("throwaway: {} ({version})", b.postgres.display()))
+                        Ok(format!(
+                            "throwaway: {} ({version}), {}",
+                            b.postgres.display(),
+                            b.origin
+                        ))
                     }
                     None => Err("initdb/postgres not found".to_string()),
                 },
@@ -224,7 +228,7 @@ impl Servers {
             match &options.redis_url {
                 Some(u) => Ok(format!("given: {}", url::redact(u))),
                 None => match binaries::find_redis().await {
-                    Some(p) => {
+                    Some(RedisBinary { path: p, origin }) => {
                         let version = binaries::version_of(&p).await.unwrap_or_default();
                         // `Redis server v=7.0.15 sha=…`
                         let number = version
@@ -232,7 +236,7 @@ impl Servers {
                             .find_map(|w| w.strip_prefix("v="))
                             .unwrap_or_default();
                         if at_least(number, OLDEST_REDIS) {
-                            Ok(format!("throwaway: {} ({version})", p.display()))
+                            Ok(format!("throwaway: {} ({version}), {origin}", p.display()))
                         } else {
                             Err(format!(
                                 "{} is {number}: the lab needs 7.0 or newer (SET … NX GET)",
@@ -444,7 +448,7 @@ async fn connect_postgres(target: &PgTarget) -> Result<(String, PgPool), InfraEr
 
 async fn start_redis(
     given: Option<&str>,
-    program: Option<std::path::PathBuf>,
+    program: Option<RedisBinary>,
 ) -> Result<RedisServer, InfraError> {
     let (url, origin, throwaway) = match given {
         Some(u) => (url::check_redis(u)?, Origin::Given, None),
@@ -452,7 +456,7 @@ async fn start_redis(
             let program = program.ok_or_else(|| InfraError::Missing {
                 missing: "redis-server".into(),
             })?;
-            let server = redis_server::start(&program).await?;
+            let server = redis_server::start(&program.path).await?;
             (server.url.clone(), Origin::Throwaway, Some(server))
         }
     };

@@ -300,7 +300,7 @@ fn sweep(cache: &Path) {
 }
 
 /// 64-bit FNV-1a: a stable hash (std's may change between Rust releases) for a cache key.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
     })

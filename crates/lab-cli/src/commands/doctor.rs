@@ -128,16 +128,17 @@ fn scenario_needs(s: &Entry) -> Vec<String> {
 }
 
 fn print_json(findings: &Findings, all: &[Entry], needs: Needs, usable: bool) {
-    let finding = |f: &Finding, needed: bool| match f {
+    let finding = |f: &Finding, needed: bool, command: String| match f {
         Ok(s) => json!({"ok": true, "uses": s}),
-        Err(e) => json!({"ok": false, "needed": needed, "problem": e}),
+        Err(e) => json!({"ok": false, "needed": needed, "problem": e, "get_one": command}),
     };
+    let [(_, _, _, _, postgres), (_, _, _, _, redis)] = hints(findings, needs);
     say!(
         "{}",
         json!({
-            "postgres": finding(&findings.postgres, needs.postgres),
-            "redis": finding(&findings.redis, needs.redis),
-            "toxiproxy": finding(&findings.toxiproxy, true),
+            "postgres": finding(&findings.postgres, needs.postgres, postgres),
+            "redis": finding(&findings.redis, needs.redis, redis),
+            "toxiproxy": finding(&findings.toxiproxy, true, String::new()),
             "scenarios": all.iter().map(|s| json!({
                 "scenario": s.name,
                 "needs": scenario_needs(s),
@@ -181,6 +182,41 @@ fn print_text(findings: &Findings, all: &[Entry], needs: Needs, usable: bool) {
     }
     if !usable {
         say!();
-        say!("{}", t("doctor.hint"));
+        for (server, finding, needed, flag, command) in hints(findings, needs) {
+            if finding.is_err() && needed {
+                say!(
+                    "{}",
+                    t(Msg::new("doctor.hint")
+                        .arg("server", server)
+                        .arg("command", command)
+                        .arg("flag", flag))
+                );
+            }
+        }
     }
+}
+
+/// For each server: its finding, whether a scenario needs it, the flag that gives one, and the
+/// one command that gets one where this `lab` runs.
+fn hints(
+    findings: &Findings,
+    needs: Needs,
+) -> [(&'static str, &Finding, bool, &'static str, String); 2] {
+    use lab_infra::binaries::{command_for_postgres, command_for_redis};
+    [
+        (
+            "PostgreSQL",
+            &findings.postgres,
+            needs.postgres,
+            "--database-url",
+            command_for_postgres(),
+        ),
+        (
+            "Redis",
+            &findings.redis,
+            needs.redis,
+            "--redis-url",
+            command_for_redis(),
+        ),
+    ]
 }

@@ -41,6 +41,7 @@ pub fn command(program: &Path, args: &[&str]) -> Command {
         "CLICOLOR_FORCE",
         "LAB_SCENARIOS_DIR",
         "LAB_PG_BINDIR",
+        "LAB_REDIS_SERVER",
     ] {
         command.env_remove(var);
     }
