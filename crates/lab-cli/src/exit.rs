@@ -174,9 +174,9 @@ impl From<lab_infra::InfraError> for Failure {
         use lab_core::Msg;
         use lab_infra::InfraError;
         let said = match &e {
-            InfraError::Missing { missing } => {
-                Msg::new("infra.missing").arg("missing", missing.as_str())
-            }
+            InfraError::Missing { missing, get } => Msg::new("infra.missing")
+                .arg("missing", missing.as_str())
+                .arg("get", get.as_str()),
             InfraError::Start { server, reason } => Msg::new("infra.start")
                 .arg("server", *server)
                 .arg("reason", reason.as_str()),

@@ -142,6 +142,27 @@ pub fn command_for_redis() -> String {
     }
 }
 
+/// The commands that get the servers `postgres` and `redis` say are missing, joined with `;`.
+pub fn command_for(postgres: bool, redis: bool) -> String {
+    let mut commands = Vec::new();
+    if postgres {
+        commands.push(command_for_postgres());
+    }
+    if redis {
+        commands.push(command_for_redis());
+    }
+    // One install line for both, as people type it.
+    if let [first, second] = commands.as_slice()
+        && let (Some(a), Some(b)) = (
+            first.strip_prefix("apt-get install "),
+            second.strip_prefix("apt-get install "),
+        )
+    {
+        return format!("apt-get install {a} {b}");
+    }
+    commands.join("; ")
+}
+
 fn install_into(env: &Path, package: &str) -> String {
     format!(
         "uv pip install --python {} {package}",

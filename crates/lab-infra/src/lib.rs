@@ -61,11 +61,15 @@ pub use template::TemplatePlace;
 #[derive(Debug, thiserror::Error)]
 pub enum InfraError {
     #[error(
-        "{missing} not found. Install them (Debian/Ubuntu: `apt-get install postgresql redis-server`), \
-         or pass --database-url/--redis-url to servers you run, or run `docker compose up -d` and use \
-         the URLs from the README"
+        "{missing} not found: `{get}` installs what is missing, or pass --database-url/--redis-url to servers you \
+         run, or run `docker compose up -d` and use the URLs in docs/running.md"
     )]
-    Missing { missing: String },
+    Missing {
+        missing: String,
+        /// The command that gets what is missing where this `lab` runs
+        /// ([`binaries::command_for`]).
+        get: String,
+    },
     #[error("could not start a throwaway {server}: {reason}")]
     Start {
         server: &'static str,

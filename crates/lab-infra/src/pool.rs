@@ -7,7 +7,7 @@
 //! request) leaves a ROLLBACK queued in the connection's buffer, and the ping sends it at once, so
 //! the transaction's locks go with it; and a connection that broke is found and closed. For the
 //! report service's keyed request that is a fifth round trip after BEGIN, INSERT, SELECT and
-//! COMMIT, and on this machine a round trip costs about as much as a statement (README,
+//! COMMIT, and on this machine a round trip costs about as much as a statement (docs/bench.md,
 //! "Benchmarks").
 //!
 //! Here the code that used the connection says how its work ended. [`Lease::release`], called

@@ -199,6 +199,10 @@ impl Programs {
         } else {
             Err(InfraError::Missing {
                 missing: missing.join(" and "),
+                get: binaries::command_for(
+                    needs.postgres && programs.postgres.is_none() && options.database_url.is_none(),
+                    needs.redis && programs.redis.is_none() && options.redis_url.is_none(),
+                ),
             })
         }
     }
@@ -357,6 +361,7 @@ async fn start_postgres(
         None => {
             let bins = bins.ok_or_else(|| InfraError::Missing {
                 missing: "PostgreSQL server programs (initdb, postgres)".into(),
+                get: binaries::command_for_postgres(),
             })?;
             let (server, cluster) = postgres::start(&bins, &options.pg_template).await?;
             match PgTarget::parse(&server.url) {
@@ -455,6 +460,7 @@ async fn start_redis(
         None => {
             let program = program.ok_or_else(|| InfraError::Missing {
                 missing: "redis-server".into(),
+                get: binaries::command_for_redis(),
             })?;
             let server = redis_server::start(&program.path).await?;
             (server.url.clone(), Origin::Throwaway, Some(server))

@@ -73,6 +73,7 @@ fn check_servers(entry: Entry, servers: &Servers) -> Result<(), ScenarioError> {
     match missing.iter().find(|(absent, _)| *absent) {
         Some((_, server)) => Err(InfraError::Missing {
             missing: format!("{server} (scenario `{}` needs it)", entry.name),
+            get: lab_infra::binaries::command_for(*server == "PostgreSQL", *server == "Redis"),
         }
         .into()),
         None => Ok(()),

@@ -27,7 +27,7 @@
 //! both alike (pgbench runs after them, in one piece: see [`take_turns`]), and each row tells
 //! the CPU a request cost its own process and the database (a throwaway server's processes,
 //! read in `/proc`): on two cores that client, service and PostgreSQL share, that sum is what
-//! bounds a side's rate, and the README's profile of where the time goes is this table's two
+//! bounds a side's rate, and docs/bench.md's profile of where the time goes is this table's two
 //! columns.
 
 use std::pin::Pin;
@@ -528,7 +528,7 @@ fn request_of(n: u64, keys: u64) -> (u64, CreateReport) {
 /// nothing around it (no pool, no redirects, no URL parsed per request). Client, service and
 /// database share the machine's cores, so every microsecond the load generator spends is taken
 /// from the other two; reqwest, used here before, cost 18 µs more of user CPU per request (the
-/// README's benchmarks).
+/// the benchmarks in docs/bench.md).
 ///
 /// Each connection is one task that drives hyper's connection and sends its own requests, as
 /// wrk's event loop does: an answer wakes that one task. With the connection driven in a task of
