@@ -222,3 +222,67 @@ fn the_readme_sample_is_a_piece_of_a_real_narrative() {
         "README's sample is not in scenarios/duplicate/expected.en.txt; paste it from there:\n{sample}"
     );
 }
+
+/// The README is a front page and the rest is one link away: every link from the README and the
+/// pages in `docs/` to a file of this repository (and to a heading of it, after `#`) resolves.
+#[test]
+fn every_link_between_the_readme_and_the_docs_resolves() {
+    let root = repo();
+    let mut pages = vec![root.join("README.md"), root.join("CHANGELOG.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        // [text](target): the targets that are not URLs.
+        for (_, rest) in text.match_indices("](").map(|(i, _)| ((), &text[i + 2..])) {
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let file = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            if !file.exists() {
+                broken.push(format!("{}: {target} (no such file)", page.display()));
+                continue;
+            }
+            if !anchor.is_empty() && !anchors_of(&file).contains(&anchor.to_string()) {
+                broken.push(format!("{}: {target} (no such heading)", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The anchors GitHub gives a Markdown file's headings: lower case, spaces to `-`, and nothing
+/// but letters, digits, `-` and `_` kept.
+fn anchors_of(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            line.trim_start_matches('#')
+                .strip_prefix(' ')
+                .filter(|_| line.starts_with('#'))
+        })
+        .map(|heading| {
+            heading
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect()
+}
