@@ -65,6 +65,8 @@ pub struct Expect {
 pub struct Design {
     pub name: String,
     pub expect: Expect,
+    /// `rust` when the design is a Cargo project, else `python`.
+    pub lang: &'static str,
 }
 
 /// The designs of `exercise`, in name order; an `expect.toml` that does not parse, or names a
@@ -87,9 +89,13 @@ pub fn designs(exercise: &Exercise) -> Result<Vec<Design>, ExerciseError> {
                 return Err(bad(format!("names no check of {}: {check}", exercise.name)));
             }
         }
+        let is_cargo = crate::files::under(&format!("{prefix}/{name}"))
+            .iter()
+            .any(|(path, _)| *path == "Cargo.toml");
         designs.push(Design {
             name: name.to_string(),
             expect,
+            lang: if is_cargo { "rust" } else { "python" },
         });
     }
     designs.sort_by(|a, b| a.name.cmp(&b.name));
@@ -172,17 +178,22 @@ pub async fn verify(
         }
         for design in designs(exercise)? {
             let dir = scratch.join(format!("{}-design-{}", exercise.name, design.name));
-            crate::files::write_project(
-                &[(format!("{}/designs/{}", exercise.name, design.name), "")],
-                exercise.needs.postgres,
-                &dir,
-            )?;
+            let mut sources = vec![(format!("{}/designs/{}", exercise.name, design.name), "")];
+            let rust = design.lang == "rust";
+            if rust && exercise.rust_uses_idem {
+                sources.push(("vendor/idem".to_string(), "vendor/idem"));
+            }
+            crate::files::write_project(&sources, exercise.needs.postgres, &dir)?;
             let project = Project {
                 exercise,
-                lang: "python",
+                lang: design.lang,
                 side: Side::Design(design.name.clone()),
                 dir,
-                target: None,
+                // A Rust design is a crate of its own name (never a solution's), so it shares
+                // the solutions' target folder and their built dependencies without taking
+                // their builds (see the sides' folders above).
+                target: rust
+                    .then(|| scratch.join(format!("cargo-target-{}", Side::Solution.word()))),
             };
             units.push(Unit {
                 project,
@@ -561,6 +572,47 @@ mod tests {
                 assert!(!design.expect.about.trim().is_empty(), "{}", design.name);
             }
         }
+    }
+
+    /// The package name in a Cargo.toml embedded under `prefix`.
+    fn crate_name(prefix: &str) -> Option<String> {
+        let (_, bytes) = crate::files::under(prefix)
+            .into_iter()
+            .find(|(path, _)| *path == "Cargo.toml")?;
+        let manifest: toml::Table = toml::from_str(std::str::from_utf8(bytes).ok()?).ok()?;
+        Some(manifest["package"]["name"].as_str()?.to_string())
+    }
+
+    /// A Rust design shares the solutions' Cargo target folder, which is safe only while its
+    /// crate is named unlike every starter and solution (Cargo would take one's build for the
+    /// other's) and unlike every other design.
+    #[test]
+    fn every_rust_design_is_a_crate_of_its_own_name() {
+        let mut taken = std::collections::BTreeSet::new();
+        for exercise in crate::EXERCISES {
+            for lang in exercise.langs {
+                for side in ["starter", "solution"] {
+                    taken.extend(crate_name(&format!("{}/{lang}/{side}", exercise.name)));
+                }
+            }
+        }
+        let mut rust_designs = 0;
+        for exercise in crate::EXERCISES {
+            for design in designs(exercise).unwrap() {
+                if design.lang != "rust" {
+                    continue;
+                }
+                rust_designs += 1;
+                let name = crate_name(&format!("{}/designs/{}", exercise.name, design.name))
+                    .expect("a Rust design's Cargo.toml names its package");
+                assert!(
+                    taken.insert(name.clone()),
+                    "{}: crate {name} is taken",
+                    design.name
+                );
+            }
+        }
+        assert!(rust_designs > 0, "no Rust design to check");
     }
 
     #[test]
