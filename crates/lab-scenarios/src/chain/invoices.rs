@@ -361,13 +361,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
     /// between a redelivery and a second row.
     async fn book_alone(&self, pool: &PgPool, delivery: &Delivery) -> Result<i64, sqlx::Error> {
         let job = &delivery.job;
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO invoice_ledger (order_id, invoice_version) VALUES ($1::uuid, $2) RETURNING id",
-        )
-        .bind(&job.order_id)
-        .bind(i64::from(job.invoice_version))
-        .fetch_one(pool)
-        .await?;
+        let id = insert_ledger_row(pool, job).await?;
         self.tell(
             Msg::new("ledger.booked")
                 .arg("version", i64::from(job.invoice_version))
@@ -413,13 +407,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
                 .await;
             return Ok(id);
         }
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO invoice_ledger (order_id, invoice_version) VALUES ($1::uuid, $2) RETURNING id",
-        )
-        .bind(&job.order_id)
-        .bind(i64::from(job.invoice_version))
-        .fetch_one(&mut *tx)
-        .await?;
+        let id = insert_ledger_row(&mut *tx, job).await?;
         sqlx::query(
             "UPDATE processed_jobs SET ledger_id = $3 WHERE operation = $1 AND idempotency_key = $2",
         )
@@ -460,4 +448,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> InvoiceWorker<C> {
             .json()
             .await
     }
+}
+
+/// Books `job`'s invoice: one row of `invoice_ledger`, its id returned.
+async fn insert_ledger_row<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    job: &super::queue::InvoiceJob,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO invoice_ledger (order_id, invoice_version) VALUES ($1::uuid, $2) RETURNING id",
+    )
+    .bind(&job.order_id)
+    .bind(i64::from(job.invoice_version))
+    .fetch_one(db)
+    .await
 }
