@@ -272,6 +272,20 @@ impl Session {
     /// `Ok(Err(signal))`: Ctrl-C or SIGTERM came first; whatever was half started is gone.
     async fn start_servers(&self, needs: Needs) -> Result<Result<Servers, Interrupt>, Failure> {
         self.note_unused_urls(needs).await;
+        match self.start_servers_once(needs).await {
+            Err(StartFailure::Missing(error)) if offer_servers_install(&error).await => {
+                crate::commands::servers::install().await?;
+                self.start_servers_once(needs).await.map_err(Failure::from)
+            }
+            started => started.map_err(Failure::from),
+        }
+    }
+
+    /// One attempt of [`Session::start_servers`].
+    async fn start_servers_once(
+        &self,
+        needs: Needs,
+    ) -> Result<Result<Servers, Interrupt>, StartFailure> {
         let spinner = Spinner::after(
             SPINNER_DELAY,
             self.options.color,
@@ -292,8 +306,11 @@ impl Session {
                 report_leftovers(&servers.leftovers).await;
                 Ok(Ok(servers))
             }
+            Guarded::Finished(Err(e @ lab_infra::InfraError::Missing { .. })) => {
+                Err(StartFailure::Missing(e))
+            }
             // A URL that is not a URL is a usage error, not an unreachable server.
-            Guarded::Finished(Err(e)) => Err(e.into()),
+            Guarded::Finished(Err(e)) => Err(StartFailure::Other(e.into())),
             Guarded::Interrupted(signal) => Ok(Err(signal)),
             // Nothing pauses here, so nothing can quit.
             Guarded::Quit => Ok(Err(Interrupt::CtrlC)),
@@ -622,4 +639,52 @@ fn screen() -> Screen {
     } else {
         Screen::Lines
     }
+}
+
+/// Why the servers did not start: programs missing (which `lab servers install` may fix), or
+/// anything else.
+enum StartFailure {
+    Missing(lab_infra::InfraError),
+    Other(Failure),
+}
+
+impl From<StartFailure> for Failure {
+    fn from(failure: StartFailure) -> Failure {
+        match failure {
+            StartFailure::Missing(error) => error.into(),
+            StartFailure::Other(failure) => failure,
+        }
+    }
+}
+
+/// On a terminal, when the missing servers are what `lab servers install` brings, asks whether
+/// to install them now; `false` (no question) anywhere else, so a script gets the error and
+/// its exit code at once, before anything has run.
+async fn offer_servers_install(error: &lab_infra::InfraError) -> bool {
+    use std::io::IsTerminal;
+    let lab_infra::InfraError::Missing { missing, get } = error else {
+        return false;
+    };
+    if !get.contains(lab_infra::binaries::SERVERS_INSTALL)
+        || !std::io::stdin().is_terminal()
+        || !std::io::stderr().is_terminal()
+    {
+        return false;
+    }
+    let Some(dir) = lab_infra::cached_servers::dir() else {
+        return false;
+    };
+    crate::output::drained().await;
+    eprint!(
+        "{}",
+        t(Msg::new("servers.offer")
+            .arg("missing", missing.as_str())
+            .arg("dir", dir.display().to_string()))
+    );
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await;
+    matches!(answer, Ok(Ok(line)) if matches!(line.trim().to_lowercase().as_str(), "y" | "yes" | "д" | "да"))
 }

@@ -243,8 +243,11 @@ fn step_mode_records_the_learners_prediction() {
 
 #[test]
 fn missing_server_programs_give_one_line_and_exit_3() {
+    // Without a terminal nothing is offered: the error, its one command, and exit 3 before
+    // anything ran.
     let out = lab(&["run", "duplicate"])
         .env("PATH", "/nonexistent")
+        .env("LAB_SERVERS_DIR", "/nonexistent")
         .output()
         .unwrap();
     assert_code(&out, 3);
@@ -255,6 +258,8 @@ fn missing_server_programs_give_one_line_and_exit_3() {
         err.contains("--database-url") && err.contains("docker compose up -d"),
         "{err}"
     );
+    // No python3 or uv on this PATH: the OS's package is the advice.
+    assert!(err.contains("`apt-get install postgresql`"), "{err}");
 }
 
 #[test]
@@ -285,8 +290,10 @@ fn doctor_reports_what_would_be_used() {
     );
     assert!(text.contains("duplicate"), "{text}");
 
+    // No server anywhere: none on PATH, none installed by `lab servers install`.
     let out = lab(&["doctor"])
         .env("PATH", "/nonexistent")
+        .env("LAB_SERVERS_DIR", "/nonexistent")
         .output()
         .unwrap();
     assert_code(&out, 3);
@@ -306,7 +313,10 @@ fn doctor_says_where_each_server_comes_from_and_how_to_get_a_missing_one() {
 
     let doctor = |path: &std::ffi::OsStr, variable: Option<&std::path::Path>| {
         let mut command = lab(&["doctor"]);
-        command.env("PATH", path);
+        // Nothing from `lab servers install`: only PATH and the variable.
+        command
+            .env("PATH", path)
+            .env("LAB_SERVERS_DIR", "/nonexistent");
         if let Some(program) = variable {
             command.env("LAB_REDIS_SERVER", program);
         }

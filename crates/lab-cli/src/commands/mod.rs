@@ -11,6 +11,7 @@ mod page;
 mod proxy;
 mod run;
 mod serve;
+pub mod servers;
 mod soak;
 mod web_run;
 
@@ -78,6 +79,7 @@ pub async fn dispatch(cli: Cli, library: Result<Library, LibraryError>) -> Resul
             check::check(options, library?, names, *bless, junit).await
         }
         Command::Doctor => doctor::doctor(&options).await,
+        Command::Servers { action } => servers::servers(&options, *action).await,
         Command::Explain { names } => explain::explain(options, library?, names).await,
         Command::Serve { port_base } => serve::serve(options, library?, *port_base).await,
         Command::Proxy(args) => proxy::proxy(&options, args).await,
