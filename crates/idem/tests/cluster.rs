@@ -26,7 +26,7 @@ async fn the_coordinator_runs_on_a_cluster() {
         let fence_key = coordinator.fence_key("payment.charge", key);
         let node = cluster.nodes[0].port.to_string();
         let slot_of = |name: &str| {
-            let out = std::process::Command::new("redis-cli")
+            let out = std::process::Command::new(support::redis_cli())
                 .args(["-p", &node, "cluster", "keyslot", name])
                 .output()
                 .unwrap();

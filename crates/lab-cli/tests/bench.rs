@@ -30,7 +30,9 @@ struct OwnRedis {
 impl OwnRedis {
     fn start() -> OwnRedis {
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        let program = lab_infra::binaries::on_path("redis-server").expect("redis-server on PATH");
+        let program = lab_infra::binaries::redis_program()
+            .expect("a Redis server program")
+            .path;
         let server = runtime
             .block_on(lab_infra::redis_server::start(&program))
             .expect("a throwaway Redis");

@@ -306,7 +306,9 @@ fn doctor_reports_what_would_be_used() {
 /// an installed wheel by scripts/test-wheel.)
 #[test]
 fn doctor_says_where_each_server_comes_from_and_how_to_get_a_missing_one() {
-    let redis = lab_infra::binaries::on_path("redis-server").expect("redis-server on PATH");
+    let redis = lab_infra::binaries::redis_program()
+        .expect("a Redis server program")
+        .path;
     let dir = tempfile::tempdir().unwrap();
     let valkey = dir.path().join("valkey-server");
     std::os::unix::fs::symlink(&redis, &valkey).unwrap();

@@ -310,35 +310,49 @@ pub async fn find_pgbench() -> Option<PathBuf> {
 
 /// Finds a Redis server program, or `None`.
 pub async fn find_redis() -> Option<RedisBinary> {
-    on_disk(|| {
-        if let Some(path) = std::env::var_os("LAB_REDIS_SERVER") {
-            let path = PathBuf::from(path);
-            return is_executable(&path).then_some(RedisBinary {
-                path,
-                origin: Origin::Variable("LAB_REDIS_SERVER"),
-            });
-        }
-        let in_package = |sites: Vec<PathBuf>, origin: Origin| {
-            sites
-                .into_iter()
-                .map(|site| site.join(REDIS_IN_PACKAGE))
-                .find(|path| is_executable(path))
-                .map(|path| RedisBinary { path, origin })
-        };
-        let environment = Origin::Environment {
-            package: REDIS_PACKAGE,
-        };
-        let packaged = in_package(own_site_packages(), environment)
-            .or_else(|| in_package(crate::cached_servers::site_packages(), Origin::Cache));
-        packaged.or_else(|| {
-            let path = on_path("redis-server").or_else(|| on_path("valkey-server"))?;
-            Some(RedisBinary {
-                path,
-                origin: Origin::Path,
-            })
+    on_disk(redis_program).await
+}
+
+/// [`find_redis`], on the calling thread: it looks at the disk (for tests and other code that
+/// is not on a runtime).
+pub fn redis_program() -> Option<RedisBinary> {
+    if let Some(path) = std::env::var_os("LAB_REDIS_SERVER") {
+        let path = PathBuf::from(path);
+        return is_executable(&path).then_some(RedisBinary {
+            path,
+            origin: Origin::Variable("LAB_REDIS_SERVER"),
+        });
+    }
+    let in_package = |sites: Vec<PathBuf>, origin: Origin| {
+        sites
+            .into_iter()
+            .map(|site| site.join(REDIS_IN_PACKAGE))
+            .find(|path| is_executable(path))
+            .map(|path| RedisBinary { path, origin })
+    };
+    let environment = Origin::Environment {
+        package: REDIS_PACKAGE,
+    };
+    let packaged = in_package(own_site_packages(), environment)
+        .or_else(|| in_package(crate::cached_servers::site_packages(), Origin::Cache));
+    packaged.or_else(|| {
+        let path = on_path("redis-server").or_else(|| on_path("valkey-server"))?;
+        Some(RedisBinary {
+            path,
+            origin: Origin::Path,
         })
     })
-    .await
+}
+
+/// The client beside a Redis server program (`redis-cli` or `valkey-cli`), else `redis-cli` on
+/// `PATH`.
+pub fn redis_cli_beside(server: &Path) -> Option<PathBuf> {
+    let dir = server.parent()?;
+    ["redis-cli", "valkey-cli"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| is_executable(path))
+        .or_else(|| on_path("redis-cli"))
 }
 
 /// The first line a program prints for `--version`, for `lab doctor`.

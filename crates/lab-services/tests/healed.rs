@@ -291,7 +291,9 @@ impl OwnRedis {
     }
 
     fn spawn(port: u16, dir: &std::path::Path) -> std::process::Child {
-        let mut child = std::process::Command::new("redis-server")
+        // The program lab itself would use: the OS's, or `lab servers install`'s.
+        let program = lab_infra::binaries::redis_program().expect("a Redis server program");
+        let mut child = std::process::Command::new(program.path)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")

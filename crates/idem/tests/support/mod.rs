@@ -41,7 +41,7 @@ impl RedisServer {
         for _attempt in 0..5 {
             let port = pick_port();
             let dir = tempfile::tempdir().expect("a temporary directory");
-            let mut child = Command::new("redis-server")
+            let mut child = Command::new(redis_server())
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 // No persistence: nothing to clean up, nothing slow.
                 .args(["--save", "", "--appendonly", "no"])
@@ -51,7 +51,7 @@ impl RedisServer {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("redis-server must be on PATH (apt-get install redis-server)");
+                .expect("redis-server runs (apt-get install redis-server, or lab servers install)");
             if wait_for_pong(port, Duration::from_secs(10)) {
                 return RedisServer {
                     port,
@@ -195,7 +195,7 @@ impl RedisCluster {
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port))
             .collect();
-        let status = Command::new("redis-cli")
+        let status = Command::new(redis_cli())
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
@@ -203,12 +203,12 @@ impl RedisCluster {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .expect("redis-cli must be on PATH");
+            .expect("redis-cli runs");
         assert!(status.success(), "redis-cli --cluster create failed");
         let deadline = Instant::now() + Duration::from_secs(30);
         for node in &nodes {
             loop {
-                let info = Command::new("redis-cli")
+                let info = Command::new(redis_cli())
                     .args(["-p", &node.port.to_string(), "cluster", "info"])
                     .output()
                     .expect("redis-cli runs");
@@ -428,4 +428,16 @@ pub async fn within<T>(task: tokio::task::JoinHandle<T>) -> T {
         .await
         .expect("the call finished")
         .expect("the call did not panic")
+}
+
+/// The Redis server program lab itself would start: the OS's, or `lab servers install`'s.
+pub fn redis_server() -> std::path::PathBuf {
+    lab_infra::binaries::redis_program()
+        .expect("a Redis server program (apt-get install redis-server, or lab servers install)")
+        .path
+}
+
+/// The client beside [`redis_server`] (`redis-cli`, or Valkey's `valkey-cli`).
+pub fn redis_cli() -> std::path::PathBuf {
+    lab_infra::binaries::redis_cli_beside(&redis_server()).expect("redis-cli beside the server")
 }
