@@ -118,7 +118,8 @@ async fn the_plan_names_programs_and_versions() {
     assert!(postgres.starts_with("throwaway: "), "{postgres}");
     assert!(postgres.contains("(postgres (PostgreSQL) "), "{postgres}");
     let redis = plan.redis.unwrap();
-    assert!(redis.contains("Redis server v="), "{redis}");
+    // Redis says "Redis server v=…", Valkey "Valkey server v=…".
+    assert!(redis.contains(" server v="), "{redis}");
 
     let given = ServerOptions::new(
         Some("postgresql://lab:secret@db.example/lab?sslmode=require".into()),
