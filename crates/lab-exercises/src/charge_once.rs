@@ -449,11 +449,8 @@ async fn start_beside(
     dir: &Path,
     manifest: Manifest,
 ) -> Result<Result<Guest, NotReady>, ExerciseError> {
-    let mut env = w.env(w.lease);
-    let port = lab_infra::process::free_port().map_err(ExerciseError::io(dir))?;
-    env.port = Some(port);
-    let mut beside = Guest::new(dir, manifest, port, env.vars())?;
-    Ok(beside.start().await?.map(|_| beside))
+    let (beside, started) = Guest::start_on_a_free_port(dir, manifest, w.env(w.lease)).await?;
+    Ok(started.map(|_| beside))
 }
 
 async fn replay_each_other(

@@ -17,15 +17,21 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lab_infra::ports::{PortHolder, port_holder};
 use lab_infra::process::{ServerProcess, Shutdown};
 use nix::sys::signal::Signal;
 use tempfile::TempDir;
 
 use crate::error::ExerciseError;
+use crate::guest_env::GuestEnv;
 use crate::manifest::{self, Manifest};
 
 /// How often readiness is probed while the program starts: a poll for a state, not for an order.
 const READY_POLL: Duration = Duration::from_millis(50);
+/// How many free ports a service is given before the lab gives up: each is lost only when
+/// another program binds it between the lab's pick and the service's own bind.
+const PORT_TRIES: u32 = 3;
+
 /// How many lines of the program's output are shown.
 pub const OUTPUT_LINES: usize = 30;
 /// The lab's own settings, never passed to the guest: it must see only the run it is given.
@@ -53,13 +59,19 @@ pub enum NotReady {
         output: String,
         port: u16,
     },
+    /// Another program took its port before it could listen there (the port was free when the
+    /// lab picked it): what answered there was not the learner's program, so nothing it said
+    /// counts. [`crate::rig::Rig::start_service`] tries again on another port.
+    PortTaken { output: String, port: u16 },
 }
 
 impl NotReady {
     /// What the program printed before the lab gave up on it.
     pub fn output(&self) -> &str {
         match self {
-            NotReady::Exited { output, .. } | NotReady::Silent { output, .. } => output,
+            NotReady::Exited { output, .. }
+            | NotReady::Silent { output, .. }
+            | NotReady::PortTaken { output, .. } => output,
         }
     }
 }
@@ -111,6 +123,27 @@ impl Guest {
             logs: Arc::new(logs),
             process: None,
         })
+    }
+
+    /// Starts a service in `dir` with `env` on a free port and waits until it answers there
+    /// (see [`Guest::start`]). A port that another program took before the service listened
+    /// there is given up for another, a few times.
+    pub async fn start_on_a_free_port(
+        dir: &Path,
+        manifest: Manifest,
+        mut env: GuestEnv,
+    ) -> Result<(Guest, Result<Duration, NotReady>), ExerciseError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let port = lab_infra::process::free_port().map_err(ExerciseError::io(dir))?;
+            env.port = Some(port);
+            let mut guest = Guest::new(dir, manifest.clone(), port, env.vars())?;
+            match guest.start().await? {
+                Err(NotReady::PortTaken { .. }) if tries < PORT_TRIES => continue,
+                started => return Ok((guest, started)),
+            }
+        }
     }
 
     pub fn base_url(&self) -> String {
@@ -213,7 +246,9 @@ impl Guest {
         }
     }
 
-    /// Starts the program and waits until `GET /health` gets any HTTP answer.
+    /// Starts the program and waits until `GET /health` gets any HTTP answer from it: an answer
+    /// counts only while the kernel says the port's listening socket is the program's own (see
+    /// [`lab_infra::ports`]), never a stranger's that took the port first.
     pub async fn start(&mut self) -> Result<Result<Duration, NotReady>, ExerciseError> {
         let started = Instant::now();
         self.launch().await?;
@@ -225,7 +260,10 @@ impl Guest {
         let url = format!("{}/health", self.base_url());
         let limit = self.manifest.start_timeout();
         loop {
-            if probe.get(&url).send().await.is_ok() {
+            let process = self.process.as_mut().expect("started above");
+            let leader = process.pid();
+            let holder = port_holder(self.port, leader);
+            if holder == PortHolder::Program && probe.get(&url).send().await.is_ok() {
                 return Ok(Ok(started.elapsed()));
             }
             let process = self.process.as_mut().expect("started above");
@@ -236,19 +274,30 @@ impl Guest {
                 };
                 self.process = None;
                 let output = self.output().await;
-                return Ok(Err(NotReady::Exited {
-                    status,
-                    output,
-                    port: self.port,
+                let port = self.port;
+                // Read again now that the program is gone: did it die because a stranger held
+                // its port?
+                return Ok(Err(match port_holder(port, leader) {
+                    PortHolder::Other => NotReady::PortTaken { output, port },
+                    _ => NotReady::Exited {
+                        status,
+                        output,
+                        port,
+                    },
                 }));
             }
             if started.elapsed() > limit {
                 self.stop().await;
                 let output = self.output().await;
-                return Ok(Err(NotReady::Silent {
-                    waited: limit,
-                    output,
-                    port: self.port,
+                let port = self.port;
+                return Ok(Err(if holder == PortHolder::Other {
+                    NotReady::PortTaken { output, port }
+                } else {
+                    NotReady::Silent {
+                        waited: limit,
+                        output,
+                        port,
+                    }
                 }));
             }
             tokio::time::sleep(READY_POLL).await;
@@ -302,5 +351,66 @@ impl Guest {
         let text = String::from_utf8_lossy(&text[from..]);
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(OUTPUT_LINES)..].join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program that serves `GET /health` on `$PORT` (and exits if it cannot bind it).
+    fn health_server(dir: &Path) -> Manifest {
+        let script = "import http.server, os\n\
+                      class H(http.server.BaseHTTPRequestHandler):\n    \
+                          def do_GET(self):\n        \
+                              self.send_response(200); self.end_headers()\n\
+                      http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n";
+        std::fs::write(dir.join("serve.py"), script).unwrap();
+        toml::from_str(
+            r#"exercise = "report-api"
+lang = "python"
+command = ["python3", "serve.py"]
+start_timeout_secs = 10"#,
+        )
+        .unwrap()
+    }
+
+    /// The collision CI once met: another program took the port between the lab's pick and
+    /// the program's bind, and answered `GET /health` there. Its answer must not count: the
+    /// program that exits on the bind error is said to have lost its port, not to be ready.
+    #[tokio::test]
+    async fn a_strangers_answer_on_the_port_does_not_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = health_server(dir.path());
+        let stranger = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = stranger.local_addr().unwrap().port();
+        let answering = tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = stranger.accept().await.unwrap();
+                use tokio::io::AsyncWriteExt;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        let env = GuestEnv {
+            port: Some(port),
+            ..GuestEnv::default()
+        };
+        let mut guest = Guest::new(dir.path(), manifest.clone(), port, env.vars()).unwrap();
+        let started = guest.start().await.unwrap();
+        assert!(
+            matches!(started, Err(NotReady::PortTaken { port: p, .. }) if p == port),
+            "{started:?}"
+        );
+        // On a free port of its own the same program is ready.
+        let (mut guest, started) =
+            Guest::start_on_a_free_port(dir.path(), manifest, GuestEnv::default())
+                .await
+                .unwrap();
+        assert!(started.is_ok(), "{started:?}");
+        assert_ne!(guest.port, port);
+        guest.stop().await;
+        answering.abort();
     }
 }

@@ -141,16 +141,14 @@ impl Rig {
     /// and waits until it answers `GET /health`.
     pub async fn start_service(
         &mut self,
-        mut env: GuestEnv,
+        env: GuestEnv,
     ) -> Result<Result<(), NotReady>, ExerciseError> {
         if let Some(mut old) = self.guest.take() {
             old.stop().await;
         }
         let program = self.program()?.clone();
-        let port = lab_infra::process::free_port().map_err(ExerciseError::io(&program.dir))?;
-        env.port = Some(port);
-        let mut guest = Guest::new(&program.dir, program.manifest, port, env.vars())?;
-        let started = guest.start().await?;
+        let (guest, started) =
+            Guest::start_on_a_free_port(&program.dir, program.manifest, env).await?;
         self.guest = Some(guest);
         Ok(started.map(drop))
     }

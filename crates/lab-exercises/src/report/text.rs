@@ -106,14 +106,15 @@ pub fn not_ready_line(words: &Words, not_ready: &NotReady) -> String {
                 .arg("port", i64::from(*port))
                 .arg("seconds", waited.as_secs()),
         ),
+        NotReady::PortTaken { port, .. } => {
+            words.common(Msg::new("check.not_ready_port_taken").arg("port", i64::from(*port)))
+        }
     }
 }
 
 /// The program never answered: why, and its output.
 pub fn not_ready(words: &Words, not_ready: &NotReady) -> Vec<String> {
-    let output = match not_ready {
-        NotReady::Exited { output, .. } | NotReady::Silent { output, .. } => output,
-    };
+    let output = not_ready.output();
     let mut lines = vec![not_ready_line(words, not_ready)];
     if output.trim().is_empty() {
         lines.push(format!("  {}", words.common("check.no_output")));
