@@ -95,7 +95,7 @@
 //! prefix) replay each other's results and honour each other's reservations. The hardened
 //! policy's records carry two extra fields (`owner`, `fence`) that Python ignores. Fencing only
 //! protects among fenced callers: a compatible (or Python) caller still completes with a plain
-//! `SET`. The test `tests/python.rs` drives the Python library itself against this crate.
+//! `SET`. The test `tests/it/python.rs` drives the Python library itself against this crate.
 //!
 //! # Fencing
 //!

@@ -201,31 +201,46 @@ pub async fn verify(
             });
         }
     }
-    let mut results = stream::iter(units.iter())
-        .map(|unit| async move {
-            let mut lines = Vec::new();
-            let tally = match &unit.design {
-                None => {
-                    verify_project(servers, words, &unit.project, plan.seeds, plan, &mut |l| {
-                        lines.push(l)
-                    })
-                    .await
-                }
-                Some(design) => {
-                    verify_design(servers, words, &unit.project, design, plan, &mut |l| {
-                        lines.push(l)
-                    })
-                    .await
-                }
-            };
-            (tally, lines)
+    // The units run `plan.jobs` at a time, each slot taking the next unit as soon as its own
+    // is done (a quick design does not wait for a slow one beside it), the Rust projects first:
+    // their builds keep the cores busy while the Python ones mostly wait. Their lines are told
+    // in the plan's order all the same.
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by_key(|&i| units[i].project.lang != "rust");
+    let mut results = stream::iter(order)
+        .map(|index| {
+            let unit = &units[index];
+            async move {
+                let mut lines = Vec::new();
+                let tally = match &unit.design {
+                    None => {
+                        verify_project(servers, words, &unit.project, plan.seeds, plan, &mut |l| {
+                            lines.push(l)
+                        })
+                        .await
+                    }
+                    Some(design) => {
+                        verify_design(servers, words, &unit.project, design, plan, &mut |l| {
+                            lines.push(l)
+                        })
+                        .await
+                    }
+                };
+                (index, tally, lines)
+            }
         })
-        .buffered(plan.jobs.max(1));
-    while let Some((unit_tally, lines)) = results.next().await {
-        for line in lines {
-            say(line);
+        .buffer_unordered(plan.jobs.max(1));
+    let mut done = std::collections::BTreeMap::new();
+    let mut next = 0;
+    while let Some((index, unit_tally, lines)) = results.next().await {
+        done.insert(index, (unit_tally, lines));
+        while let Some((unit_tally, lines)) = done.remove(&next) {
+            next += 1;
+            for line in lines {
+                say(line);
+            }
+            tally = tally.add(unit_tally?);
         }
-        tally = tally.add(unit_tally?);
     }
     for exercise in &plan.exercises {
         if exercise.name == crate::charge_once::EXERCISE.name

@@ -5,6 +5,7 @@
 //!
 //! One test in its own binary: it points `TMPDIR` at a private directory, which is process-wide.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::path::Path;

@@ -6,6 +6,7 @@
 //! One test in its own binary: it points `TMPDIR` and `LAB_CACHE_DIR` at private directories,
 //! which is process-wide.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::fs;

@@ -1,6 +1,6 @@
 //! The catalogue generator `build.rs` runs: from the scenario folders and the topic folders'
 //! modules, the catalogue and the embedded copies of the scenario files. A module of its own so
-//! that a test (`tests/catalogue.rs`) runs it on a made-up tree, as adding a scenario would
+//! that a test (`tests/it/catalogue.rs`) runs it on a made-up tree, as adding a scenario would
 //! change the real one, without building anything.
 
 use std::fmt::Write as _;

@@ -283,7 +283,7 @@ mod tests {
         Json(json!({"amount": amount.amount}))
     }
 
-    /// Found by tests/hostile.rs in lab-scenarios: through a `serde_json::Value`, the second of
+    /// Found by tests/it/hostile.rs in lab-scenarios: through a `serde_json::Value`, the second of
     /// two fields with one name won silently (and a report, a charge or an email was made).
     #[tokio::test]
     async fn a_field_given_twice_is_422() {

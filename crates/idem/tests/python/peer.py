@@ -1,6 +1,6 @@
 """The Python side of idem's compatibility test: idempotency-kit 0.4.1 itself, driven from Rust.
 
-crates/idem/tests/python.rs runs this file with the interpreter of a venv that has
+crates/idem/tests/it/python.rs runs this file with the interpreter of a venv that has
 `idempotency-kit[redis]==0.4.1` (see .ci/run). Each subcommand prints one JSON document:
 
   coordinate URL PREFIX OPERATION KEY TTL FINGERPRINT RESULT_JSON

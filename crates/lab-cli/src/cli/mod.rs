@@ -32,7 +32,7 @@ Examples:
   lab COMMAND --help          each command's flags and examples";
 
 // Each command's `--help` ends with examples: what a teacher or a learner types, with what it
-// does. `tests/cli.rs` checks that every command (and every `lab proxy` subcommand) has them.
+// does. `tests/it/cli.rs` checks that every command (and every `lab proxy` subcommand) has them.
 
 const LIST_EXAMPLES: &str = "\
 Examples:

@@ -3,7 +3,7 @@
 //! One page serves three readers: `lab run NAME --export md` prints it (for slides), `--artifacts
 //! DIR` saves it as `page.md` beside the event log, and `docs/scenarios/NAME.LANG.md` is a copy of
 //! it for every scenario in both languages. The copies in `docs/` are not written by hand:
-//! `tests/docs.rs` runs every scenario, builds its page and fails when the copy differs, and
+//! `tests/it/docs.rs` runs every scenario, builds its page and fails when the copy differs, and
 //! `LAB_BLESS=1` makes the same test rewrite them. So the diagram a reader sees in the docs is the
 //! one the lab draws today, from a run on real servers.
 //!
