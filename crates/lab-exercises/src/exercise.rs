@@ -187,6 +187,11 @@ pub struct CheckOptions {
     /// More environment for the learner's program (`verify` shares one Cargo target folder
     /// between the projects of one side).
     pub guest_env: Vec<(String, String)>,
+    /// These checks run first, in this order; the rest follow in the exercise's order. `watch`
+    /// puts the checks that failed last time here, so the verdict the learner is working on
+    /// comes first; `verify` gives whole shuffled orders, to hold every verdict to being the
+    /// same whatever ran before it.
+    pub first: Vec<String>,
 }
 
 impl CheckOptions {
@@ -195,6 +200,22 @@ impl CheckOptions {
 
     pub fn selects(&self, name: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|o| o == name)
+    }
+
+    /// The order the selected ones of `names` (the exercise's order) run in: `first`, then the
+    /// rest as they come.
+    pub fn ordered<'n>(&self, names: &[&'n str]) -> Vec<&'n str> {
+        let chosen = self
+            .first
+            .iter()
+            .filter_map(|f| names.iter().find(|n| **n == f.as_str()).copied());
+        let mut order: Vec<&str> = Vec::new();
+        for name in chosen.chain(names.iter().copied()) {
+            if self.selects(name) && !order.contains(&name) {
+                order.push(name);
+            }
+        }
+        order
     }
 }
 
@@ -214,4 +235,35 @@ pub struct Setup<'a> {
     pub servers: &'a Servers,
     pub options: &'a CheckOptions,
     pub on_report: &'a mut dyn FnMut(&CheckReport),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(only: &[&str], first: &[&str]) -> CheckOptions {
+        CheckOptions {
+            only: only.iter().map(|s| s.to_string()).collect(),
+            seed: 1,
+            repeat: CheckOptions::REPEAT,
+            guest_env: Vec::new(),
+            first: first.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// `first` leads in its own order, the rest follow in the exercise's; what `only` leaves
+    /// out stays out, and a name that is not a check is passed over.
+    #[test]
+    fn the_checks_named_first_run_first() {
+        let names = ["replay", "conflict", "race", "crash"];
+        assert_eq!(options(&[], &[]).ordered(&names), names);
+        assert_eq!(
+            options(&[], &["crash", "race"]).ordered(&names),
+            ["crash", "race", "replay", "conflict"]
+        );
+        assert_eq!(
+            options(&["replay", "race"], &["crash", "race", "nonesuch"]).ordered(&names),
+            ["race", "replay"]
+        );
+    }
 }

@@ -196,6 +196,7 @@ mod tests {
             seed: 1,
             repeat: CheckOptions::REPEAT,
             guest_env: Vec::new(),
+            first: Vec::new(),
         };
         let mut verdicts = Vec::new();
         for (name, status) in [("greets", 201), ("silent", 200)] {

@@ -312,8 +312,8 @@ pub(crate) trait World: Sized {
     async fn close(self);
 }
 
-/// Runs the checks `options` selects, in `world`, reporting each to `on_report` as it ends;
-/// the world is closed on every way out.
+/// Runs the checks `options` selects, in the order it says ([`CheckOptions::ordered`]), in
+/// `world`, reporting each to `on_report` as it ends; the world is closed on every way out.
 pub(crate) async fn run_checks<W: World>(
     checks: &Checks<W>,
     mut world: W,
@@ -321,11 +321,14 @@ pub(crate) async fn run_checks<W: World>(
     on_report: &mut dyn FnMut(&CheckReport),
 ) -> Result<Vec<CheckReport>, ExerciseError> {
     let mut reports = Vec::new();
-    for check in checks.0 {
+    let names: Vec<&str> = checks.0.iter().map(|check| check.spec.name).collect();
+    for name in options.ordered(&names) {
+        let check = checks
+            .0
+            .iter()
+            .find(|check| check.spec.name == name)
+            .expect("ordered names only the exercise's checks");
         let spec = check.spec;
-        if !options.selects(spec.name) {
-            continue;
-        }
         world.rig().begin_check().await;
         let judged: Judged = if spec.restarts && !world.rig().owns_program() {
             crate::judgement::skipped(Msg::new("skipped.target"))

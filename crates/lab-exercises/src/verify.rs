@@ -25,6 +25,7 @@ use serde::Deserialize;
 
 use crate::error::ExerciseError;
 use crate::exercise::{CheckOptions, Checked, Exercise, Subject};
+use crate::guest::Guest;
 use crate::manifest::Manifest;
 use crate::report::{Words, text};
 use crate::rig::Program;
@@ -133,7 +134,7 @@ struct Unit<'a> {
 }
 
 /// Runs `plan` on `servers` in `scratch`, telling each line to `say`: the projects are checked
-/// `plan.jobs` at a time, and each one's lines are told together, in the plan's order.
+/// `plan.jobs` at a time, the Python ones first, and each one's lines are told together.
 pub async fn verify(
     servers: &Servers,
     words: &Words,
@@ -201,16 +202,35 @@ pub async fn verify(
             });
         }
     }
+    // The Rust projects are built one after another while the Python ones are checked, and
+    // are checked last, once every build is done: a Rust project's check then starts a program
+    // that is built. Had a build held the shared target folder then, the program's `cargo run`
+    // would wait for the folder's lock and might miss its start's deadline.
+    units.sort_by_key(|unit| unit.project.lang == "rust");
+    let (built, is_built) = tokio::sync::watch::channel(false);
+    let builds = async {
+        for unit in units.iter().filter(|unit| unit.project.lang == "rust") {
+            // A build that fails here fails again in its check, which tells it.
+            if let Ok(program) = unit.project.program(plan) {
+                let env = unit.project.options(1).guest_env;
+                if let Ok(guest) = Guest::new(&program.dir, program.manifest, 0, env) {
+                    let _ = guest.build().await;
+                }
+            }
+        }
+        let _ = built.send(true);
+    };
     // The units run `plan.jobs` at a time, each slot taking the next unit as soon as its own
-    // is done (a quick design does not wait for a slow one beside it), the Rust projects first:
-    // their builds keep the cores busy while the Python ones mostly wait. Their lines are told
-    // in the plan's order all the same.
-    let mut order: Vec<usize> = (0..units.len()).collect();
-    order.sort_by_key(|&i| units[i].project.lang != "rust");
-    let mut results = stream::iter(order)
+    // is done (a quick design does not wait for a slow one beside it); their lines are told in
+    // this order all the same.
+    let mut results = stream::iter(0..units.len())
         .map(|index| {
             let unit = &units[index];
+            let mut is_built = is_built.clone();
             async move {
+                if unit.project.lang == "rust" {
+                    let _ = is_built.wait_for(|built| *built).await;
+                }
                 let mut lines = Vec::new();
                 let tally = match &unit.design {
                     None => {
@@ -232,16 +252,21 @@ pub async fn verify(
         .buffer_unordered(plan.jobs.max(1));
     let mut done = std::collections::BTreeMap::new();
     let mut next = 0;
-    while let Some((index, unit_tally, lines)) = results.next().await {
-        done.insert(index, (unit_tally, lines));
-        while let Some((unit_tally, lines)) = done.remove(&next) {
-            next += 1;
-            for line in lines {
-                say(line);
+    let tell = async {
+        while let Some((index, unit_tally, lines)) = results.next().await {
+            done.insert(index, (unit_tally, lines));
+            while let Some((unit_tally, lines)) = done.remove(&next) {
+                next += 1;
+                for line in lines {
+                    say(line);
+                }
+                tally = tally.add(unit_tally?);
             }
-            tally = tally.add(unit_tally?);
         }
-    }
+        Ok::<(), ExerciseError>(())
+    };
+    let ((), told) = futures_util::future::join(builds, tell).await;
+    told?;
     for exercise in &plan.exercises {
         if exercise.name == crate::charge_once::EXERCISE.name
             && exercise.langs.contains(&"python")
@@ -320,6 +345,7 @@ impl Project<'_> {
                 .iter()
                 .map(|t| ("CARGO_TARGET_DIR".to_string(), t.display().to_string()))
                 .collect(),
+            first: order_of(self.exercise, seed),
         }
     }
 
@@ -400,6 +426,8 @@ async fn verify_project(
                 "  {}",
                 words.common(project.said("verify.ok").arg("seed", seed))
             ));
+        } else {
+            tell_order(words, project.exercise, seed, say);
         }
     }
     Ok(tally)
@@ -438,9 +466,38 @@ async fn verify_design(
                 "  {}",
                 words.common(project.said("verify.ok").arg("seed", seed))
             ));
+        } else {
+            tell_order(words, project.exercise, seed, say);
         }
     }
     Ok(tally)
+}
+
+/// The order the checks run in with `seed`: the exercise's own with seed 1 (as `lab exercise
+/// check` runs them), a shuffle of it with every other seed. A verdict must not depend on which
+/// checks ran before it in the same program (`watch` runs the ones that failed last first), and
+/// the shuffled orders hold it to that.
+fn order_of(exercise: &Exercise, seed: u64) -> Vec<String> {
+    use rand::SeedableRng as _;
+    use rand::seq::SliceRandom as _;
+    if seed <= 1 {
+        return Vec::new();
+    }
+    let mut names: Vec<String> = exercise.checks().map(|c| c.name.to_string()).collect();
+    names.shuffle(&mut rand::rngs::ChaCha8Rng::seed_from_u64(seed));
+    names
+}
+
+/// After a run that disagreed with a shuffled order: the order, for the maintainer who replays
+/// it (`lab exercise check` runs the exercise's order).
+fn tell_order(words: &Words, exercise: &Exercise, seed: u64, say: &mut dyn FnMut(String)) {
+    let order = order_of(exercise, seed);
+    if !order.is_empty() {
+        say(format!(
+            "      {}",
+            words.common(Msg::new("verify.order").arg("order", order.join(", ")))
+        ));
+    }
 }
 
 /// One report held to what it must be; the disagreements found (told).
@@ -523,6 +580,7 @@ async fn verify_cross_replay(
             "CARGO_TARGET_DIR".to_string(),
             scratch.join("cargo-target-solution").display().to_string(),
         )],
+        first: Vec::new(),
     };
     let checked =
         crate::charge_once::cross_replay(servers, side("python")?, side("rust")?, &options).await?;

@@ -109,6 +109,7 @@ pub async fn exercise_command(
                 seed: seed.unwrap_or_else(clock_seed),
                 repeat: *repeat,
                 guest_env: Vec::new(),
+                first: Vec::new(),
             };
             let output = match (junit, options.format) {
                 (true, _) => Output::Junit,
@@ -152,6 +153,7 @@ pub async fn exercise_command(
                 seed: seed.unwrap_or_else(clock_seed),
                 repeat: *repeat,
                 guest_env: Vec::new(),
+                first: Vec::new(),
             };
             let replay = Replay::new(exercise, &subject, None, check_options.repeat);
             let session = Session::open(options, library?, Mode::Headless);
@@ -493,9 +495,28 @@ async fn watch(
     let words = run.words;
     session
         .run_with_servers(run.exercise.needs, async |servers| {
+            // The checks that failed (or could not decide) last time run first, so the verdict
+            // the learner is working on comes first after a save; the rest follow.
+            let mut failed_last: Vec<String> = Vec::new();
             loop {
                 let reports = RefCell::new(Vec::new());
-                run.check_on(servers, subject.clone(), &reports).await?;
+                let options = CheckOptions {
+                    first: std::mem::take(&mut failed_last),
+                    ..run.options.clone()
+                };
+                let this_run = Run {
+                    options: &options,
+                    ..*run
+                };
+                this_run.check_on(servers, subject.clone(), &reports).await?;
+                failed_last = reports
+                    .borrow()
+                    .iter()
+                    .filter(|report| {
+                        matches!(report.verdict.kind(), VerdictKind::Fail | VerdictKind::Unknown)
+                    })
+                    .map(|report| report.name.to_string())
+                    .collect();
                 // What a run writes itself (bytecode, a build, the state file) is filtered out by
                 // `learners_change`; a save that came during the run is kept, and checks again.
                 crate::output::drained().await;

@@ -454,12 +454,10 @@ fn check_verdicts(dir: &Path, tmp: &Path, extra: &[&str]) -> (i32, Vec<(String, 
     (out.status.code().unwrap_or(-1), verdicts, stdout(&out))
 }
 
-#[test]
-#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
-fn a_select_then_insert_is_caught_with_its_name() {
-    let tmp = shared_tempdir();
-    let work = tempfile::tempdir().unwrap();
-    let dir = python_project(work.path(), "solution");
+/// The report-api solution with its INSERT ... ON CONFLICT replaced by the classic check first:
+/// a SELECT for the key, then an INSERT. It passes everything but `race`.
+fn select_then_insert(work: &Path) -> PathBuf {
+    let dir = python_project(work, "solution");
     let app = std::fs::read_to_string(dir.join("app.py")).unwrap();
     let start = app.find("        # The UNIQUE index decides").unwrap();
     let end = app.find("    if stored.payload_hash != digest:").unwrap();
@@ -469,6 +467,77 @@ fn a_select_then_insert_is_caught_with_its_name() {
         format!("{}{naive}{}", &app[..start], &app[end..]),
     )
     .unwrap();
+    dir
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn watch_runs_the_check_that_failed_last_first() {
+    use std::io::Write as _;
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = select_then_insert(work.path());
+    let mut child = lab(&[
+        "exercise",
+        "watch",
+        "report-api",
+        dir.to_str().unwrap(),
+        "--only",
+        "replay",
+        "--only",
+        "race",
+    ])
+    .env("TMPDIR", tmp.path())
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    // The verdict lines of one run, in the order they came ("  pass replay ...").
+    let verdicts = |seen: &std::sync::mpsc::Receiver<String>| {
+        let mut order = Vec::new();
+        loop {
+            let line = seen
+                .recv_timeout(Duration::from_secs(90))
+                .expect("a check run ends");
+            if line.contains("passed,") {
+                return order;
+            }
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let [verdict, name, ..] = words[..]
+                && line.starts_with("  ")
+                && !line.starts_with("   ")
+                && (name == "replay" || name == "race")
+            {
+                order.push(format!("{verdict} {name}"));
+            }
+        }
+    };
+    // The exercise's order first: replay passes, race fails.
+    assert_eq!(verdicts(&seen), vec!["pass replay", "fail race"]);
+    // A save: the check that failed runs first now, and still fails; replay still passes.
+    let app = std::fs::read_to_string(dir.join("app.py")).unwrap();
+    std::fs::write(dir.join("app.py"), format!("{app}\n# saved again\n")).unwrap();
+    assert_eq!(verdicts(&seen), vec!["fail race", "pass replay"]);
+    let mut keys = child.stdin.take().unwrap();
+    keys.write_all(b"q\n").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    lab_testkit::assert_nothing_left(tmp.path(), "after watch");
+}
+
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn a_select_then_insert_is_caught_with_its_name() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = select_then_insert(work.path());
     let (code, verdicts, said) = check_verdicts(&dir, tmp.path(), &["--only", "race"]);
     assert_eq!(code, 1, "{said}");
     assert_eq!(verdicts, vec![("race".to_string(), "fail".to_string())]);
