@@ -8,31 +8,31 @@
 //!                         vs the same transaction sent directly through sqlx       report_api.rs
 //! ```
 //!
-//! Both drive their calls the same way ([`measure`]): C callers in one task, each taking the next
-//! call number from a shared counter until N calls are done (as the Python reference bench does
-//! with asyncio workers), timing each call. A row reports calls per second over the whole batch
-//! and the 50th and 99th percentile of the single calls' latencies.
-//!
-//! Output: a table for people on stdout, or with `--format json` one object per row. A progress
-//! bar counts calls on stderr, only on a terminal. Numbers vary with the machine and its load:
-//! they belong in the output, never in a test's assertion.
+//! The measuring lives in the `lab-bench` crate (`crates/lab-bench`), which returns typed rows
+//! and prints nothing; what it measures and how is told there. This module is the command
+//! around it: the session and its servers (started, or given by URL, and closed however the
+//! bench ends), the usage checks of the flags, the progress bar (indicatif, fed through
+//! [`lab_bench::Progress`]), and the output: a table for people on stdout, or with
+//! `--format json` one object per row. The bar counts calls on stderr, only on a terminal. A
+//! [`BenchError`] becomes a [`Failure`] here, its message rendered in the learner's language.
 
 mod coordinator;
 mod report_api;
 
-use std::future::Future;
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use anyhow::anyhow;
 use colored::Colorize;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use lab_bench::BenchError;
 use lab_scenarios::Library;
 
 use crate::cli::BenchCommand;
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 use crate::session::{Mode, Session, SessionOptions};
+use crate::words::t;
 
 pub async fn bench(
     options: SessionOptions,
@@ -53,7 +53,7 @@ pub async fn bench(
             target,
             pgbench,
         } => {
-            let load = report_api::Load {
+            let load = lab_bench::report_api::Load {
                 requests: *requests,
                 keys: *keys,
                 concurrency: *concurrency,
@@ -63,100 +63,32 @@ pub async fn bench(
     }
 }
 
-/// One measured batch: how many calls, how long the batch took, and each call's latency.
-#[derive(Default)]
-pub struct Sample {
-    pub ops: u64,
-    pub elapsed: Duration,
-    /// Sorted, shortest first.
-    latencies: Vec<Duration>,
-}
-
-impl Sample {
-    /// A batch whose calls took `latencies`, in `elapsed` as a whole.
-    pub fn new(elapsed: Duration, mut latencies: Vec<Duration>) -> Sample {
-        latencies.sort_unstable();
-        Sample {
-            ops: latencies.len() as u64,
-            elapsed,
-            latencies,
+/// A bench's error as the command's failure: a message of the bench's in the learner's
+/// language, with the exit code its kind says (see [`BenchError`]); any other error in its own
+/// words.
+impl From<BenchError> for Failure {
+    fn from(error: BenchError) -> Failure {
+        match error {
+            BenchError::Environment(msg) => Failure::environment(anyhow!(t(msg))),
+            BenchError::Drift(msg) => Failure::new(exit::DRIFT, anyhow!(t(msg))),
+            BenchError::BadUrl(error) => Failure::usage(error.to_string()),
+            other => Failure::environment(other),
         }
-    }
-
-    /// Adds `other`'s calls and time to this batch's: the batches of one side, run in turns with
-    /// the other sides', make one row.
-    pub fn absorb(&mut self, other: Sample) {
-        self.ops += other.ops;
-        self.elapsed += other.elapsed;
-        self.latencies.extend(other.latencies);
-        self.latencies.sort_unstable();
-    }
-
-    /// Calls per second over the whole batch (not the mean of the latencies: with C callers in
-    /// flight the batch finishes about C times sooner than the sum of its calls).
-    pub fn ops_per_sec(&self) -> f64 {
-        self.ops as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
-    }
-
-    /// The latency below which `percent` of the calls finished, in microseconds (nearest rank).
-    pub fn percentile_us(&self, percent: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return 0.0;
-        }
-        let rank = ((percent / 100.0) * self.latencies.len() as f64).ceil() as usize;
-        let index = rank.clamp(1, self.latencies.len()) - 1;
-        self.latencies[index].as_secs_f64() * 1e6
     }
 }
 
-/// Runs calls `first..first + count` with `concurrency` callers and times them.
-///
-/// The callers are futures joined in this task, not spawned tasks: like the Python bench's
-/// asyncio workers, they share one thread of the client, so the client's own cost per call
-/// shows instead of being spread over both cores (which Redis and PostgreSQL need too). The
-/// first error stops the batch.
-pub async fn measure<F, Fut, E>(
-    first: u64,
-    count: u64,
-    concurrency: u32,
-    bar: &ProgressBar,
-    call: F,
-) -> Result<Sample, E>
-where
-    F: Fn(u64) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-{
-    let next = AtomicU64::new(0);
-    let caller = || async {
-        let mut latencies = Vec::new();
-        loop {
-            let n = next.fetch_add(1, Ordering::Relaxed);
-            if n >= count {
-                return Ok::<_, E>(latencies);
-            }
-            let started = Instant::now();
-            call(first + n).await?;
-            latencies.push(started.elapsed());
-            bar.inc(1);
-        }
-    };
-    let started = Instant::now();
-    let callers = (0..concurrency.max(1)).map(|_| caller());
-    let per_caller = futures_util::future::try_join_all(callers).await?;
-    let elapsed = started.elapsed();
-    let mut latencies: Vec<Duration> = per_caller.into_iter().flatten().collect();
-    latencies.sort_unstable();
-    Ok(Sample {
-        ops: count,
-        elapsed,
-        latencies,
-    })
-}
+/// The progress bar as a bench's [`lab_bench::Progress`]: each call done moves it on, and the
+/// side running is its message.
+struct Bar(ProgressBar);
 
-/// Calls made before a batch and not counted: connections opened, scripts loaded, caches warm.
-/// A tenth of the batch, at most 300 (the Python reference warms up with 300).
-pub fn warm_up(ops: u64) -> u64 {
-    (ops / 10).clamp(1, 300)
+impl lab_bench::Progress for Bar {
+    fn advance(&self, calls: u64) {
+        self.0.inc(calls);
+    }
+
+    fn side(&self, name: &str) {
+        self.0.set_message(name.to_string());
+    }
 }
 
 /// A bar counting calls on stderr: only when stderr is a terminal and colour is on (it is drawn
@@ -173,11 +105,6 @@ pub fn progress(color: bool, total: u64) -> ProgressBar {
     );
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
-}
-
-/// Rounds to one decimal: enough for ops/s and microseconds, and short in JSON.
-pub fn tenth(value: f64) -> f64 {
-    (value * 10.0).round() / 10.0
 }
 
 /// Prints rows as a table: a bold header, columns right-aligned except the first `left` ones.
@@ -219,37 +146,5 @@ pub fn ratio_cell(ratio: f64) -> String {
         text.green().to_string()
     } else {
         text.yellow().to_string()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let sample = Sample {
-            ops: 100,
-            elapsed: Duration::from_secs(1),
-            latencies: (1..=100).map(Duration::from_micros).collect(),
-        };
-        assert_eq!(sample.percentile_us(50.0).round(), 50.0);
-        assert_eq!(sample.percentile_us(99.0).round(), 99.0);
-        assert_eq!(sample.ops_per_sec(), 100.0);
-    }
-
-    #[tokio::test]
-    async fn every_call_is_made_once() {
-        let seen = parking_lot::Mutex::new(Vec::new());
-        let sample = measure(10, 25, 4, &ProgressBar::hidden(), |n| {
-            seen.lock().push(n);
-            async { Ok::<_, ()>(()) }
-        })
-        .await
-        .unwrap();
-        assert_eq!(sample.ops, 25);
-        let mut seen = seen.into_inner();
-        seen.sort_unstable();
-        assert_eq!(seen, (10..35).collect::<Vec<_>>());
     }
 }
