@@ -6,7 +6,7 @@ For each case it starts the project (`lab exercise start`, the reference solutio
 for the solution side), runs `lab exercise watch` on it, waits for the first check run to end (a
 Rust project builds then), and then saves the program's main file again N times: the same bytes,
 a new modification time, as an editor's save. It reads watch's output with a timestamp per line:
-the first verdict line (`  pass …`, `  FAIL …`) and the summary (`N passed, …`) after each save.
+the first verdict line (`  pass …`, `  fail …`) and the summary (`N passed, …`) after each save.
 Each save waits for the previous run to end (watch's footer on stderr).
 
     docs/bench/feedback/run.py                          # every exercise, both languages, both sides
@@ -36,7 +36,8 @@ LANGS = ["python", "rust"]
 SIDES = ["starter", "solution"]
 # The file a learner edits, per language.
 MAIN = {"python": None, "rust": "src/main.rs"}
-VERDICT = ("  pass", "  FAIL", "  ?", "  skip", "  unknown")
+# The verdict words as `lab` prints them in English (LAB_LANG=en, no colour).
+VERDICT = ("  pass", "  fail", "  unknown", "  skipped")
 
 
 def main_file(project: Path, lang: str) -> Path:

@@ -454,6 +454,34 @@ fn check_verdicts(dir: &Path, tmp: &Path, extra: &[&str]) -> (i32, Vec<(String, 
     (out.status.code().unwrap_or(-1), verdicts, stdout(&out))
 }
 
+/// `lab exercise watch report-api DIR --only CHECK...` (TMPDIR `tmp`), its keys on a pipe, and
+/// the lines of its stdout as they come.
+fn watching(
+    dir: &Path,
+    tmp: &Path,
+    only: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut args = vec!["exercise", "watch", "report-api", dir.to_str().unwrap()];
+    for check in only {
+        args.extend(["--only", check]);
+    }
+    let mut child = lab(&args)
+        .env("TMPDIR", tmp)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    (child, seen)
+}
+
 /// The report-api solution with its INSERT ... ON CONFLICT replaced by the classic check first:
 /// a SELECT for the key, then an INSERT. It passes everything but `race`.
 fn select_then_insert(work: &Path) -> PathBuf {
@@ -477,29 +505,7 @@ fn watch_runs_the_check_that_failed_last_first() {
     let tmp = shared_tempdir();
     let work = tempfile::tempdir().unwrap();
     let dir = select_then_insert(work.path());
-    let mut child = lab(&[
-        "exercise",
-        "watch",
-        "report-api",
-        dir.to_str().unwrap(),
-        "--only",
-        "replay",
-        "--only",
-        "race",
-    ])
-    .env("TMPDIR", tmp.path())
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let (lines, seen) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines.send(line);
-        }
-    });
+    let (mut child, seen) = watching(&dir, tmp.path(), &["replay", "race"]);
     // The verdict lines of one run, in the order they came ("  pass replay ...").
     let verdicts = |seen: &std::sync::mpsc::Receiver<String>| {
         let mut order = Vec::new();
@@ -762,27 +768,7 @@ fn watch_checks_again_on_a_save_and_quits_on_q() {
     let dir = work.path().join("ex");
     answering_program(&dir);
     std::fs::write(dir.join("app.py"), "# v1\n").unwrap();
-    let mut child = lab(&[
-        "exercise",
-        "watch",
-        "report-api",
-        dir.to_str().unwrap(),
-        "--only",
-        "replay",
-    ])
-    .env("TMPDIR", tmp.path())
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let (lines, seen) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines.send(line);
-        }
-    });
+    let (mut child, seen) = watching(&dir, tmp.path(), &["replay"]);
     let summary = |seen: &std::sync::mpsc::Receiver<String>| loop {
         let line = seen
             .recv_timeout(Duration::from_secs(60))
