@@ -933,8 +933,9 @@ async fn ack_after_send(w: &mut InvoiceConsumer) -> Judged {
         w.door("A").release();
         let started = Instant::now();
         loop {
-            let records = w.records(&job).await?;
-            at.stored_later = result_stored(&records, &email_id);
+            // Whether A has moved on first, the records then: what A stored before it moved on
+            // is in them. (Read the other way round, a store and a move that both came between
+            // the two reads would be taken for a move without a store.)
             let moved = w
                 .door("A")
                 .wait(Duration::ZERO, |log| {
@@ -945,6 +946,8 @@ async fn ack_after_send(w: &mut InvoiceConsumer) -> Judged {
                 })
                 .await
                 .is_some();
+            let records = w.records(&job).await?;
+            at.stored_later = result_stored(&records, &email_id);
             if at.stored_later || moved || started.elapsed() > MOVE_ON_LIMIT {
                 break;
             }
