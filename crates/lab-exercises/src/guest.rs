@@ -259,9 +259,8 @@ impl Guest {
             .expect("a client without TLS builds");
         let url = format!("{}/health", self.base_url());
         let limit = self.manifest.start_timeout();
+        let leader = self.process.as_ref().expect("started above").pid();
         loop {
-            let process = self.process.as_mut().expect("started above");
-            let leader = process.pid();
             let holder = port_holder(self.port, leader);
             if holder == PortHolder::Program && probe.get(&url).send().await.is_ok() {
                 return Ok(Ok(started.elapsed()));
