@@ -15,6 +15,21 @@ pub const FILE: &str = ".lab-exercise-state.json";
 pub struct State {
     /// Check name → its verdict at the last check run that ran it.
     pub checks: BTreeMap<String, VerdictKind>,
+    /// The class board this folder's verdicts go to (`--class`), as joining it gave: asked
+    /// once, then remembered here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<ClassMembership>,
+}
+
+/// A learner's place on a class board (`lab class`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassMembership {
+    /// The board's URL, as given to `--class`.
+    pub board: String,
+    /// The name the board shows.
+    pub name: String,
+    /// The learner's own token: only it posts to this learner's cells.
+    pub token: String,
 }
 
 /// Where a learner stands on one exercise.
@@ -43,7 +58,18 @@ impl State {
         for (check, verdict) in verdicts {
             state.checks.insert((*check).to_string(), *verdict);
         }
-        let text = serde_json::to_string_pretty(&state).expect("a map of verdicts serialises");
+        state.write(dir)
+    }
+
+    /// Remembers the class board this folder's verdicts go to.
+    pub fn remember_class(dir: &Path, membership: ClassMembership) -> std::io::Result<()> {
+        let mut state = State::read(dir).unwrap_or_default();
+        state.class = Some(membership);
+        state.write(dir)
+    }
+
+    fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_string_pretty(self).expect("a map of verdicts serialises");
         std::fs::write(dir.join(FILE), text + "\n")
     }
 }

@@ -79,3 +79,19 @@ pub async fn serve(listener: TcpListener, router: Router, stop: CancellationToke
     graceful.shutdown().await;
     while connections.join_next().await.is_some() {}
 }
+
+/// A file embedded in the binary (a page, its script, its style), never cached: a newer `lab`
+/// serves a newer page. The web view of `lab run --web` and the board of `lab class` serve theirs
+/// this way.
+pub fn embedded_asset(content_type: &'static str, body: &'static str) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    use axum::response::IntoResponse as _;
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        body,
+    )
+        .into_response()
+}

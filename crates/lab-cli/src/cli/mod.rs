@@ -250,6 +250,8 @@ pub enum ExerciseCommand {
         /// the service)
         #[arg(long)]
         diagram: bool,
+        #[command(flatten)]
+        class: ClassJoin,
     },
     /// Check, then check again whenever a file of the exercise changes (h Enter: a hint, r
     /// Enter: re-check, q Enter: quit)
@@ -269,6 +271,8 @@ pub enum ExerciseCommand {
         /// How many times the exploring checks repeat (the bursts)
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeat: u32,
+        #[command(flatten)]
+        class: ClassJoin,
     },
     /// A hint for an exercise: level 1 points the way, level 3 nearly gives the answer
     #[command(after_help = EXERCISE_HINT_EXAMPLES)]
@@ -311,6 +315,95 @@ pub enum ExerciseCommand {
         /// into each Python project as its .venv
         #[arg(long, value_name = "DIR")]
         python_venv: Option<std::path::PathBuf>,
+    },
+}
+
+/// `--class`: send each finished check's verdict to the instructor's board (`lab class`).
+#[derive(Debug, Clone, Args)]
+pub struct ClassJoin {
+    /// Send each finished check's verdict (never your code) to the class board at this URL,
+    /// as `lab class` printed it; a board that is down changes no verdict and no exit code
+    #[arg(long = "class", value_name = "URL")]
+    pub url: Option<String>,
+    /// The class code on the instructor's screen, to join the first time [asked if not given
+    /// and stdin is a terminal; then remembered in the exercise's folder]
+    #[arg(long, value_name = "CODE", env = "LAB_CLASS_CODE", requires = "url")]
+    pub class_code: Option<String>,
+    /// Your name on the board, the first time [asked if not given and stdin is a terminal]
+    #[arg(long, value_name = "NAME", env = "LAB_CLASS_NAME", requires = "url")]
+    pub class_name: Option<String>,
+}
+
+const CLASS_EXAMPLES: &str = "\
+Examples:
+  lab class                                 a board on 127.0.0.1:8490 (throwaway PostgreSQL),
+                                            until Ctrl-C; it prints your URL and the join line
+  lab class --bind 0.0.0.0:8490             reachable from the classroom network
+  lab class --database-url postgresql://…   a board that lasts the course (same code and token)
+  lab class verify Ann report-api --target http://10.0.0.12:8000 --database-url postgresql://…
+                                            run from here the checks a running service allows,
+                                            and mark Ann's cells verified
+Learners: lab exercise check report-api --class http://HOST:8490/ --class-code CODE";
+
+const CLASS_VERIFY_EXAMPLES: &str = "\
+Examples:
+  lab class verify Ann report-api --target http://10.0.0.12:8000 \\
+      --database-url postgresql://lab:lab@10.0.0.12:5432/lab --token TOKEN
+                                            report-api's checks that need no restart, from
+                                            this machine; the cells they decide become verified
+  LAB_CLASS_TOKEN=TOKEN lab class verify Ann report-api --target http://10.0.0.12:8000 …
+                                            the token from the environment, as lab class printed it";
+
+/// `lab class`: the board, or one of its commands.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ClassArgs {
+    #[command(subcommand)]
+    pub command: Option<ClassCommand>,
+    /// Where the board listens [default: 127.0.0.1:8490]; an address other than loopback
+    /// (0.0.0.0:8490) lets the classroom network reach it
+    #[arg(long, value_name = "ADDR", value_parser = parse_bind)]
+    pub bind: Option<std::net::SocketAddr>,
+}
+
+/// What `lab class` does besides serving the board.
+#[derive(Debug, Subcommand)]
+pub enum ClassCommand {
+    /// Run, from this machine, the checks a learner's running service allows (`--target`: no
+    /// restart), and mark the cells they decide *verified* on the board
+    #[command(after_help = CLASS_VERIFY_EXAMPLES)]
+    Verify {
+        /// The learner's name on the board
+        #[arg(value_name = "LEARNER")]
+        learner: String,
+        /// The exercise
+        #[arg(value_name = "NAME")]
+        exercise: String,
+        /// The learner's service, reachable from here (with --database-url: its database)
+        #[arg(long, value_name = "URL")]
+        target: String,
+        /// The board [default: http://127.0.0.1:8490/]
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "LAB_CLASS_BOARD",
+            default_value = "http://127.0.0.1:8490/"
+        )]
+        board: String,
+        /// The instructor's token, as `lab class` printed it
+        #[arg(
+            long,
+            value_name = "TOKEN",
+            env = "LAB_CLASS_TOKEN",
+            hide_env_values = true
+        )]
+        token: String,
+        /// Only this check (repeat for several)
+        #[arg(long, value_name = "CHECK")]
+        only: Vec<String>,
+        /// The seed of the checks that explore timings and inputs [default: from the clock]
+        #[arg(long)]
+        seed: Option<u64>,
     },
 }
 
@@ -499,6 +592,10 @@ pub enum Command {
         #[arg(long, value_name = "BASE", default_value_t = DEFAULT_PORT_BASE)]
         port_base: u16,
     },
+    /// The class's board: every learner's exercise verdicts, live, on your screen (`lab class`
+    /// serves it until Ctrl-C; learners send with `lab exercise check NAME --class URL`)
+    #[command(after_help = CLASS_EXAMPLES)]
+    Class(ClassArgs),
     /// Drive the fault proxies of a running `lab serve` (or any Toxiproxy) as toxiproxy-cli
     /// does: list, inspect, toggle, toxic add|update|remove; and arm one-shot faults
     Proxy(proxy::ProxyArgs),

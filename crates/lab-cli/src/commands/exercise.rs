@@ -26,7 +26,7 @@ pub enum Output {
     Junit,
 }
 
-fn exercise(name: &str) -> Result<&'static Exercise, Failure> {
+pub(super) fn find(name: &str) -> Result<&'static Exercise, Failure> {
     lab_exercises::find(name).ok_or_else(|| failure(ExerciseError::Unknown(name.to_string())))
 }
 
@@ -62,7 +62,7 @@ pub async fn exercise_command(
             dir,
             language: lang,
         } => {
-            let exercise = exercise(name)?;
+            let exercise = find(name)?;
             exercise.has_lang(lang).map_err(failure)?;
             let dir = dir.clone().unwrap_or_else(|| default_dir(name));
             if matches!(command, ExerciseCommand::Start { .. }) {
@@ -72,7 +72,7 @@ pub async fn exercise_command(
             }
         }
         ExerciseCommand::Hint { name, level } => {
-            let exercise = exercise(name)?;
+            let exercise = find(name)?;
             let key = format!("hint.{level}");
             match words.texts.get(exercise.name, words.lang, &key) {
                 Some(_) => say!("{}", words.of(exercise, &Msg::new(key))),
@@ -96,14 +96,20 @@ pub async fn exercise_command(
             seed,
             repeat,
             diagram,
+            class,
         } => {
             words.diagram = *diagram;
-            let exercise = exercise(name)?;
+            let exercise = find(name)?;
             exercise.known_checks(only).map_err(failure)?;
             let subject = match target {
                 Some(url) => Subject::Target { url: url.clone() },
                 None => program(exercise, dir.clone().unwrap_or_else(|| default_dir(name)))?,
             };
+            let program_dir = match &subject {
+                Subject::Program { dir, .. } => Some(dir.as_path()),
+                Subject::Target { .. } => None,
+            };
+            let class = super::class::link(class, program_dir).await?;
             let check_options = CheckOptions {
                 only: only.clone(),
                 seed: seed.unwrap_or_else(clock_seed),
@@ -134,6 +140,7 @@ pub async fn exercise_command(
                 options: &check_options,
                 output,
                 replay: &replay,
+                class: class.as_ref(),
             };
             run.check(&session, subject).await
         }
@@ -143,11 +150,13 @@ pub async fn exercise_command(
             only,
             seed,
             repeat,
+            class,
         } => {
-            let exercise = exercise(name)?;
+            let exercise = find(name)?;
             exercise.known_checks(only).map_err(failure)?;
             let dir = dir.clone().unwrap_or_else(|| default_dir(name));
             let subject = program(exercise, dir.clone())?;
+            let class = super::class::link(class, Some(&dir)).await?;
             let check_options = CheckOptions {
                 only: only.clone(),
                 seed: seed.unwrap_or_else(clock_seed),
@@ -163,6 +172,7 @@ pub async fn exercise_command(
                 options: &check_options,
                 output: Output::Text,
                 replay: &replay,
+                class: class.as_ref(),
             };
             watch(&session, &run, dir, subject).await
         }
@@ -174,7 +184,7 @@ pub async fn exercise_command(
             jobs,
         } => {
             let exercises: Vec<&'static Exercise> = match name {
-                Some(name) => vec![exercise(name)?],
+                Some(name) => vec![find(name)?],
                 None => lab_exercises::EXERCISES.to_vec(),
             };
             let plan = lab_exercises::verify::Plan {
@@ -204,7 +214,7 @@ fn program(exercise: &Exercise, dir: PathBuf) -> Result<Subject, Failure> {
 }
 
 /// A seed from the clock, for a check run that was given none (printed in its replay lines).
-fn clock_seed() -> u64 {
+pub(super) fn clock_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -293,7 +303,7 @@ fn solution(words: &Words, exercise: &Exercise, lang: &str, dir: &Path) -> Resul
 }
 
 /// The exit code of a set of verdicts: a failure wins over an undecided check.
-fn exit_code(reports: &[CheckReport]) -> u8 {
+pub(super) fn exit_code(reports: &[CheckReport]) -> u8 {
     let any = |kind| reports.iter().any(|r| r.verdict.kind() == kind);
     if any(VerdictKind::Fail) {
         exit::DRIFT
@@ -311,6 +321,8 @@ struct Run<'a> {
     options: &'a CheckOptions,
     output: Output,
     replay: &'a Replay,
+    /// The class board each finished check's verdict goes to (`--class`).
+    class: Option<&'a super::class::ClassLink>,
 }
 
 impl Run<'_> {
@@ -362,7 +374,16 @@ impl Run<'_> {
                 report::text::heading(self.words, self.exercise, &subject)
             );
         }
+        // The board's replay lines name neither the folder nor a database URL.
+        let portable = Replay::portable(self.exercise, self.options.repeat);
+        let sender = self.class.map(super::class::ClassLink::sender);
         let mut tell = |report: &CheckReport| {
+            if let Some(sender) = &sender
+                && let Some(post) =
+                    super::class::verdict_post(self.words, self.exercise, report, &portable)
+            {
+                sender.send(post);
+            }
             match self.output {
                 Output::Text => {
                     for line in report::text::check(self.words, self.exercise, report, self.replay)
@@ -379,9 +400,12 @@ impl Run<'_> {
             reports.borrow_mut().push(report.clone());
         };
         let checked =
-            lab_exercises::check(self.exercise, subject, servers, self.options, &mut tell)
-                .await
-                .map_err(failure)?;
+            lab_exercises::check(self.exercise, subject, servers, self.options, &mut tell).await;
+        // The verdicts reach the board (or not, said in one line) before the run's ending.
+        if let Some(sender) = sender {
+            sender.finish().await;
+        }
+        let checked = checked.map_err(failure)?;
         let reports = reports.borrow();
         match checked {
             Checked::Reports(_) => {
@@ -554,7 +578,7 @@ async fn watch(
 
 /// An engine error as the CLI reports it: the learner's own mistakes are usage (exit 2), the
 /// rest the environment (exit 3); a server's own error keeps its words.
-fn failure(e: ExerciseError) -> Failure {
+pub(super) fn failure(e: ExerciseError) -> Failure {
     match e {
         ExerciseError::Infra(infra) => infra.into(),
         e if e.kind() == ErrorKind::Usage => Failure::usage(e.to_string()),

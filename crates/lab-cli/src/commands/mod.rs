@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod class;
 mod doctor;
 mod exercise;
 mod explain;
@@ -83,6 +84,7 @@ pub async fn dispatch(cli: Cli, library: Result<Library, LibraryError>) -> Resul
         Command::Explain { names } => explain::explain(options, library?, names).await,
         Command::Serve { port_base } => serve::serve(options, library?, *port_base).await,
         Command::Proxy(args) => proxy::proxy(&options, args).await,
+        Command::Class(args) => class::class(options, library?, args).await,
         Command::Soak {
             target,
             iterations,

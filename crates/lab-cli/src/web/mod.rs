@@ -37,7 +37,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::http::{StatusCode, Uri};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -129,28 +129,16 @@ async fn method_not_allowed() -> Response {
     )
 }
 
-/// An embedded asset, never cached: a newer `lab` serves a newer page.
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-        ],
-        body,
-    )
-        .into_response()
-}
-
 async fn index() -> Response {
-    asset("text/html; charset=utf-8", INDEX_HTML)
+    lab_services::http::embedded_asset("text/html; charset=utf-8", INDEX_HTML)
 }
 
 async fn app_js() -> Response {
-    asset("text/javascript; charset=utf-8", APP_JS)
+    lab_services::http::embedded_asset("text/javascript; charset=utf-8", APP_JS)
 }
 
 async fn style_css() -> Response {
-    asset("text/css; charset=utf-8", STYLE_CSS)
+    lab_services::http::embedded_asset("text/css; charset=utf-8", STYLE_CSS)
 }
 
 #[derive(Deserialize)]

@@ -10,6 +10,8 @@ mod idem_support;
 
 mod bench;
 mod check;
+mod class;
+mod class_web;
 mod cli;
 mod course_ci;
 mod docs;

@@ -171,6 +171,15 @@ impl Replay {
         Replay { base, repeat }
     }
 
+    /// The replay as a class board shows it: no folder and no database URL (a learner's path
+    /// can name them, a URL can hold a password), only the exercise, the check and its seed.
+    pub fn portable(exercise: &Exercise, repeat: u32) -> Replay {
+        Replay {
+            base: format!("lab exercise check {}", exercise.name),
+            repeat,
+        }
+    }
+
     /// The line that replays `report`'s check: its name, and for a seeded check its seed (and
     /// the run's `--repeat` when it was not the default).
     pub fn line(&self, report: &CheckReport) -> String {

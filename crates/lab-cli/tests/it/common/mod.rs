@@ -42,6 +42,10 @@ pub fn command(program: &Path, args: &[&str]) -> Command {
         "LAB_SCENARIOS_DIR",
         "LAB_PG_BINDIR",
         "LAB_REDIS_SERVER",
+        "LAB_CLASS_CODE",
+        "LAB_CLASS_NAME",
+        "LAB_CLASS_BOARD",
+        "LAB_CLASS_TOKEN",
     ] {
         command.env_remove(var);
     }
