@@ -485,7 +485,7 @@ async fn export_junit(
                 "attachment; filename=\"lab-class.junit.xml\"",
             ),
         ],
-        crate::grid::junit(&learners, &cells),
+        crate::grid::junit(&learners, &cells, &app.texts.lang),
     )
         .into_response())
 }

@@ -35,7 +35,7 @@ fn commonest_broken(failed: &[&Stored]) -> Option<Value> {
         let key = cell
             .reason_key
             .as_deref()
-            .or(cell.reason.as_deref())
+            .or(cell.reason.as_ref().map(|r| r.en.as_str()))
             .unwrap_or("");
         by_key.entry(key).or_default().push(cell);
     }
@@ -148,7 +148,8 @@ pub fn csv(learners: &[Learner], cells: &[Stored]) -> String {
         "verdict",
         "source",
         "reason_key",
-        "reason",
+        "reason_en",
+        "reason_ru",
         "replay",
         "received_at",
     ];
@@ -162,7 +163,8 @@ pub fn csv(learners: &[Learner], cells: &[Stored]) -> String {
             cell.verdict.word(),
             source_word(cell.source),
             cell.reason_key.as_deref().unwrap_or(""),
-            cell.reason.as_deref().unwrap_or(""),
+            cell.reason.as_ref().map_or("", |r| r.en.as_str()),
+            cell.reason.as_ref().map_or("", |r| r.ru.as_str()),
             cell.replay.as_deref().unwrap_or(""),
             &cell.received_at,
         ]);
@@ -171,8 +173,8 @@ pub fn csv(learners: &[Learner], cells: &[Stored]) -> String {
 }
 
 /// Every cell as one JUnit document: a suite per learner, a case per exercise and check (a fail
-/// a failure, an unknown an error), the source in the case's system-out.
-pub fn junit(learners: &[Learner], cells: &[Stored]) -> String {
+/// a failure, an unknown an error, its message in `lang`), the source in the case's system-out.
+pub fn junit(learners: &[Learner], cells: &[Stored], lang: &str) -> String {
     let mut report = Report::new("lab class");
     for learner in learners {
         let mut suite = TestSuite::new(learner.name.clone());
@@ -184,7 +186,7 @@ pub fn junit(learners: &[Learner], cells: &[Stored]) -> String {
             };
             if cell.verdict != Kind::Pass {
                 if let Some(reason) = &cell.reason {
-                    status.set_message(reason.clone());
+                    status.set_message(reason.of(lang).to_string());
                 }
                 if let Some(replay) = &cell.replay {
                     status.set_description(format!("replay: {replay}"));
@@ -209,6 +211,7 @@ pub fn junit(learners: &[Learner], cells: &[Stored]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Reason;
 
     fn cell(learner: i64, check: &str, verdict: Kind, key: Option<&str>, age_s: f64) -> Stored {
         Stored {
@@ -218,7 +221,10 @@ mod tests {
             verdict,
             source: Source::SelfReported,
             reason_key: key.map(str::to_string),
-            reason: key.map(|k| format!("words of {k}")),
+            reason: key.map(|k| Reason {
+                en: format!("words of {k}"),
+                ru: format!("слова {k}"),
+            }),
             replay: key.map(|k| format!("replay of {k} by {learner}")),
             age_s,
             received_at: "2026-12-04T10:00:00Z".into(),
@@ -292,11 +298,13 @@ mod tests {
         let mut lines = text.lines();
         assert_eq!(
             lines.next(),
-            Some("learner,exercise,check,verdict,source,reason_key,reason,replay,received_at")
+            Some(
+                "learner,exercise,check,verdict,source,reason_key,reason_en,reason_ru,replay,received_at"
+            )
         );
         assert_eq!(
             lines.next(),
-            Some("Ann,report-api,race,pass,self-reported,,,,2026-12-04T10:00:00Z")
+            Some("Ann,report-api,race,pass,self-reported,,,,,2026-12-04T10:00:00Z")
         );
         assert!(
             lines
@@ -304,8 +312,9 @@ mod tests {
                 .unwrap()
                 .starts_with("<b>Eve</b>,report-api,race,fail,")
         );
-        let xml = junit(&learners(), &cells);
+        let xml = junit(&learners(), &cells, "ru");
         assert!(xml.contains("&lt;b&gt;Eve&lt;/b&gt;"), "{xml}");
+        assert!(xml.contains("слова fail.race.two"), "{xml}");
         assert!(xml.contains("<failure"), "{xml}");
     }
 }

@@ -76,12 +76,28 @@ pub struct VerdictPost {
     /// The invariant's text key (`fail.race.two_reports`): what the board groups failures by.
     #[serde(default)]
     pub reason_key: Option<String>,
-    /// The invariant's words, in the learner's language.
+    /// The invariant's words in both of the lab's languages, so the board shows them in its own
+    /// whatever the learner's is.
     #[serde(default)]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// The line that replays the check's schedule.
     #[serde(default)]
     pub replay: Option<String>,
+}
+
+/// The words of a broken invariant (or of why a check could not decide), in English and Russian.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Reason {
+    pub en: String,
+    pub ru: String,
+}
+
+impl Reason {
+    /// The words in `lang` (`en` or `ru`; English for any other).
+    pub fn of(&self, lang: &str) -> &str {
+        if lang == "ru" { &self.ru } else { &self.en }
+    }
 }
 
 /// `POST /api/verified`: a verdict the instructor's own `lab class verify` reached.
@@ -155,7 +171,10 @@ impl VerdictPost {
                 "reason_key is a text key: letters, digits, `_`, `.` and `-`".into(),
             ));
         }
-        text("reason", &self.reason, MAX_REASON_CHARS)?;
+        if let Some(reason) = &self.reason {
+            text("reason.en", &Some(reason.en.clone()), MAX_REASON_CHARS)?;
+            text("reason.ru", &Some(reason.ru.clone()), MAX_REASON_CHARS)?;
+        }
         text("replay", &self.replay, MAX_REPLAY_CHARS)?;
         Ok(())
     }
@@ -180,7 +199,10 @@ mod tests {
             check: "race".into(),
             verdict: Kind::Fail,
             reason_key: Some("fail.race.two_reports".into()),
-            reason: Some("two reports for one key".into()),
+            reason: Some(Reason {
+                en: "two reports for one key".into(),
+                ru: "два отчёта на один ключ".into(),
+            }),
             replay: Some("lab exercise check report-api --only race --seed 7".into()),
         }
     }
@@ -199,7 +221,10 @@ mod tests {
         };
         assert!(unknown_check.validate().is_err());
         let long_reason = VerdictPost {
-            reason: Some("x".repeat(MAX_REASON_CHARS + 1)),
+            reason: Some(Reason {
+                en: "x".into(),
+                ru: "я".repeat(MAX_REASON_CHARS + 1),
+            }),
             ..post()
         };
         assert!(long_reason.validate().is_err());

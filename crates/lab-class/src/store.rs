@@ -8,7 +8,7 @@
 
 use sqlx::PgPool;
 
-use crate::model::{Joined, Kind, VerdictPost};
+use crate::model::{Joined, Kind, Reason, VerdictPost};
 
 /// The schema every table of the board lives in.
 pub const SCHEMA: &str = "lab_class";
@@ -49,7 +49,7 @@ pub struct Stored {
     pub verdict: Kind,
     pub source: Source,
     pub reason_key: Option<String>,
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     pub replay: Option<String>,
     /// Seconds since the board received it.
     pub age_s: f64,
@@ -126,7 +126,8 @@ const TABLES: &[&str] = &[
         verdict text NOT NULL CHECK (verdict IN ('pass', 'fail', 'unknown')),
         source text NOT NULL CHECK (source IN ('self', 'verified')),
         reason_key text,
-        reason text,
+        reason_en text,
+        reason_ru text,
         replay text,
         received_at timestamptz NOT NULL DEFAULT now())",
     // The newest verdict of a cell is the first row of its index range.
@@ -135,7 +136,7 @@ const TABLES: &[&str] = &[
 ];
 
 const STORED_COLUMNS: &str = "learner_id, exercise, check_name, verdict, source, reason_key, \
-     reason, replay, extract(epoch FROM now() - received_at)::float8, \
+     reason_en, reason_ru, replay, extract(epoch FROM now() - received_at)::float8, \
      to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')";
 
 type StoredRow = (
@@ -147,12 +148,13 @@ type StoredRow = (
     Option<String>,
     Option<String>,
     Option<String>,
+    Option<String>,
     f64,
     String,
 );
 
 fn stored(
-    (learner, exercise, check, verdict, source, reason_key, reason, replay, age_s, at): StoredRow,
+    (learner, exercise, check, verdict, source, reason_key, en, ru, replay, age_s, at): StoredRow,
 ) -> Stored {
     Stored {
         learner,
@@ -162,7 +164,7 @@ fn stored(
         verdict: Kind::from_word(&verdict).unwrap_or(Kind::Unknown),
         source: Source::from_word(&source),
         reason_key,
-        reason,
+        reason: en.zip(ru).map(|(en, ru)| Reason { en, ru }),
         replay,
         age_s,
         received_at: at,
@@ -248,8 +250,9 @@ impl Store {
     ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO lab_class.verdicts
-                 (learner_id, exercise, check_name, verdict, source, reason_key, reason, replay)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                 (learner_id, exercise, check_name, verdict, source, reason_key, reason_en,
+                  reason_ru, replay)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(learner)
         .bind(&post.exercise)
@@ -257,7 +260,8 @@ impl Store {
         .bind(post.verdict.word())
         .bind(source.word())
         .bind(&post.reason_key)
-        .bind(&post.reason)
+        .bind(post.reason.as_ref().map(|r| r.en.as_str()))
+        .bind(post.reason.as_ref().map(|r| r.ru.as_str()))
         .bind(&post.replay)
         .execute(&self.pool)
         .await?;

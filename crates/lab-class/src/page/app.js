@@ -36,6 +36,11 @@ function t(key, args) {
   return text;
 }
 
+/// A broken invariant's words, in the page's language ({en, ru} from the learner's lab).
+function reasonText(reason) {
+  return reason ? reason[lang] || reason.en : null;
+}
+
 function el(tag, className, text) {
   const node = document.createElement(tag);
   if (className) node.className = className;
@@ -83,7 +88,7 @@ function cellOf(cell) {
   td.appendChild(el("span", "mark", MARKS[cell.verdict] + " " + t("class.verdict_" + cell.verdict)));
   if (cell.source === "verified") td.appendChild(el("span", "source", " " + t("class.verified")));
   td.appendChild(el("span", "age", ago(cell.age_s)));
-  const title = [cell.reason, cell.replay].filter(Boolean).join("\n");
+  const title = [reasonText(cell.reason), cell.replay].filter(Boolean).join("\n");
   td.title = (cell.source === "verified" ? t("class.verified") : t("class.self_reported")) +
     (title ? "\n" + title : "");
   return td;
@@ -125,8 +130,8 @@ function drawExercise(exercise, board) {
       li.dataset.check = check;
       li.dataset.reasonKey = c.reason_key;
       li.appendChild(el("span", "check", check));
-      li.appendChild(document.createTextNode(" — " + t("class.broken_by", { count: c.count }) + ": "));
-      li.appendChild(el("span", "reason", c.reason || c.reason_key));
+      li.appendChild(document.createTextNode(" — " + t("class.broken_by", { count: c.count, reported: summary.reported }) + ": "));
+      li.appendChild(el("span", "reason", reasonText(c.reason) || c.reason_key));
       if (c.replay) li.appendChild(el("code", "replay", c.replay));
       broken.appendChild(li);
     }
@@ -182,7 +187,7 @@ async function openHistory(learner) {
     li.appendChild(el("code", null, v.exercise + " " + v.check));
     li.appendChild(document.createTextNode(" " + MARKS[v.verdict] + " " + t("class.verdict_" + v.verdict) +
       (v.source === "verified" ? " (" + t("class.verified") + ")" : "") +
-      (v.reason ? ": " + v.reason : "")));
+      (v.reason ? ": " + reasonText(v.reason) : "")));
     return li;
   }));
 }

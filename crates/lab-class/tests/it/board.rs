@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use lab_class::model::{Kind, VerdictPost};
+use lab_class::model::{Kind, Reason, VerdictPost};
 use lab_class::{Board, Client, PageTexts, Store};
 use lab_infra::{Needs, ServerOptions, Servers};
 use serde_json::{Value, json};
@@ -111,7 +111,10 @@ fn verdict(check: &str, kind: Kind, key: Option<&str>) -> VerdictPost {
         check: check.into(),
         verdict: kind,
         reason_key: key.map(str::to_string),
-        reason: key.map(|k| format!("the words of {k}")),
+        reason: key.map(|k| Reason {
+            en: format!("the words of {k}"),
+            ru: format!("слова {k}"),
+        }),
         replay: key.map(|_| format!("lab exercise check report-api --only {check} --seed 7")),
     }
 }

@@ -246,6 +246,7 @@ impl Verify<'_> {
             check_options.repeat,
         );
         let portable = Replay::portable(exercise, check_options.repeat);
+        let languages = BothLanguages::new()?;
         let session = Session::open(options, library, Mode::Headless);
         session
             .run_with_servers(exercise.needs, async |servers| {
@@ -277,7 +278,7 @@ impl Verify<'_> {
                 }
                 let mut marked = 0;
                 for report in &reports {
-                    if let Some(post) = verdict_post(&words, exercise, report, &portable) {
+                    if let Some(post) = languages.verdict_post(exercise, report, &portable) {
                         client
                             .send_verified(self.token, learner, &post)
                             .await
@@ -301,35 +302,56 @@ impl Verify<'_> {
     }
 }
 
-/// What the board gets of one check: never the learner's code, nor their program's output, nor
-/// their folder or database URL (the replay line is the portable one). A skipped check is not
-/// a result about the code, so it is not sent.
-pub fn verdict_post(
-    words: &Words,
-    exercise: &Exercise,
-    report: &CheckReport,
-    replay: &Replay,
-) -> Option<VerdictPost> {
-    let verdict = match report.verdict {
-        Verdict::Pass => lab_class::Kind::Pass,
-        Verdict::Fail(_) => lab_class::Kind::Fail,
-        Verdict::Unknown(_) => lab_class::Kind::Unknown,
-        Verdict::Skipped(_) => return None,
-    };
-    Some(VerdictPost {
-        exercise: exercise.name.to_string(),
-        check: report.name.to_string(),
-        verdict,
-        reason_key: report.verdict.reason().map(|m| m.key.clone()),
-        reason: words.reason(exercise, &report.verdict),
-        replay: (verdict != lab_class::Kind::Pass).then(|| replay.line(report)),
-    })
+/// The lab's texts in both of its languages: a reason goes to the board in both, and the board
+/// shows it in its own, whatever the learner's is.
+pub struct BothLanguages {
+    en: Words,
+    ru: Words,
+}
+
+impl BothLanguages {
+    pub fn new() -> Result<BothLanguages, Failure> {
+        let words = |lang| Words::new(lang, false).map_err(Failure::environment);
+        Ok(BothLanguages {
+            en: words(lab_core::Lang::En)?,
+            ru: words(lab_core::Lang::Ru)?,
+        })
+    }
+
+    /// What the board gets of one check: never the learner's code, nor their program's output,
+    /// nor their folder or database URL (the replay line is the portable one). A skipped check
+    /// is not a result about the code, so it is not sent.
+    pub fn verdict_post(
+        &self,
+        exercise: &Exercise,
+        report: &CheckReport,
+        replay: &Replay,
+    ) -> Option<VerdictPost> {
+        let verdict = match report.verdict {
+            Verdict::Pass => lab_class::Kind::Pass,
+            Verdict::Fail(_) => lab_class::Kind::Fail,
+            Verdict::Unknown(_) => lab_class::Kind::Unknown,
+            Verdict::Skipped(_) => return None,
+        };
+        Some(VerdictPost {
+            exercise: exercise.name.to_string(),
+            check: report.name.to_string(),
+            verdict,
+            reason_key: report.verdict.reason().map(|m| m.key.clone()),
+            reason: report.verdict.reason().map(|msg| lab_class::model::Reason {
+                en: self.en.of(exercise, msg),
+                ru: self.ru.of(exercise, msg),
+            }),
+            replay: (verdict != lab_class::Kind::Pass).then(|| replay.line(report)),
+        })
+    }
 }
 
 /// A learner's link to a board: where, and as whom.
 pub struct ClassLink {
     client: Client,
     token: String,
+    pub languages: BothLanguages,
 }
 
 /// Joins the board `join.url` names (or finds the place remembered in `dir`'s state): `None`,
@@ -355,6 +377,7 @@ pub async fn link(join: &ClassJoin, dir: Option<&Path>) -> Result<Option<ClassLi
         return Ok(Some(ClassLink {
             client,
             token: membership.token,
+            languages: BothLanguages::new()?,
         }));
     }
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
@@ -395,6 +418,7 @@ pub async fn link(join: &ClassJoin, dir: Option<&Path>) -> Result<Option<ClassLi
             Ok(Some(ClassLink {
                 client,
                 token: joined.token,
+                languages: BothLanguages::new()?,
             }))
         }
         Err(e) => {

@@ -378,9 +378,10 @@ impl Run<'_> {
         let portable = Replay::portable(self.exercise, self.options.repeat);
         let sender = self.class.map(super::class::ClassLink::sender);
         let mut tell = |report: &CheckReport| {
-            if let Some(sender) = &sender
-                && let Some(post) =
-                    super::class::verdict_post(self.words, self.exercise, report, &portable)
+            if let (Some(sender), Some(class)) = (&sender, self.class)
+                && let Some(post) = class
+                    .languages
+                    .verdict_post(self.exercise, report, &portable)
             {
                 sender.send(post);
             }

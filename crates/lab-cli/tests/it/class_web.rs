@@ -26,13 +26,21 @@ async fn until(page: &Session, condition: &str) -> Value {
     .await
 }
 
-fn verdict(check: &str, kind: Kind, key: Option<&str>, reason: Option<&str>) -> VerdictPost {
+fn verdict(
+    check: &str,
+    kind: Kind,
+    key: Option<&str>,
+    reason: Option<(&str, &str)>,
+) -> VerdictPost {
     VerdictPost {
         exercise: "report-api".into(),
         check: check.into(),
         verdict: kind,
         reason_key: key.map(str::to_string),
-        reason: reason.map(str::to_string),
+        reason: reason.map(|(en, ru)| lab_class::model::Reason {
+            en: en.to_string(),
+            ru: ru.to_string(),
+        }),
         replay: key.map(|_| format!("lab exercise check report-api --only {check} --seed 7")),
     }
 }
@@ -81,8 +89,10 @@ async fn the_board_in_a_browser_shows_two_learners_live_and_hides_names_on_the_p
     let ann = client.join(&board.code, "Ann").await.unwrap();
     let eve = client.join(&board.code, hostile_name).await.unwrap();
     let broke = Some("broke.duplicate_report");
-    let words =
-        Some("two reports for one key: the second request found no row and inserted its own");
+    let words = Some((
+        "two reports for one key: the second request found no row and inserted its own",
+        "два отчёта на один ключ: второй запрос не нашёл строки и вставил свою",
+    ));
     for check in ["replay", "no-key", "race"] {
         client
             .send(&ann.token, &verdict(check, Kind::Pass, None, None))
@@ -134,14 +144,25 @@ async fn the_board_in_a_browser_shows_two_learners_live_and_hides_names_on_the_p
             json!([]),
         )
         .await;
+    let (english, russian) = words.unwrap();
     assert_eq!(
         broken,
         json!([
             broke,
-            words,
+            english,
             "lab exercise check report-api --only race --seed 7"
         ])
     );
+    // In Russian, the page shows the Russian words the learner's lab sent beside the English.
+    page.click("#lang-toggle").await;
+    let shown = until(
+        &page,
+        "document.querySelector('ul.broken li[data-check=\"race\"] .reason').textContent.startsWith('два') &&
+         document.querySelector('ul.broken li[data-check=\"race\"] .reason').textContent",
+    )
+    .await;
+    assert_eq!(shown, russian);
+    page.click("#lang-toggle").await;
     let passing = page
         .eval(
             "return document.querySelector('td.passing[data-check=\"race\"]').textContent;",
