@@ -89,10 +89,10 @@ async fn the_board_in_a_browser_shows_two_learners_live_and_hides_names_on_the_p
     let ann = client.join(&board.code, "Ann").await.unwrap();
     let eve = client.join(&board.code, hostile_name).await.unwrap();
     let broke = Some("broke.duplicate_report");
-    let words = Some((
+    let (english, russian) = (
         "two reports for one key: the second request found no row and inserted its own",
         "два отчёта на один ключ: второй запрос не нашёл строки и вставил свою",
-    ));
+    );
     for check in ["replay", "no-key", "race"] {
         client
             .send(&ann.token, &verdict(check, Kind::Pass, None, None))
@@ -104,7 +104,10 @@ async fn the_board_in_a_browser_shows_two_learners_live_and_hides_names_on_the_p
         .await
         .unwrap();
     client
-        .send(&eve.token, &verdict("race", Kind::Fail, broke, words))
+        .send(
+            &eve.token,
+            &verdict("race", Kind::Fail, broke, Some((english, russian))),
+        )
         .await
         .unwrap();
     client
@@ -144,7 +147,6 @@ async fn the_board_in_a_browser_shows_two_learners_live_and_hides_names_on_the_p
             json!([]),
         )
         .await;
-    let (english, russian) = words.unwrap();
     assert_eq!(
         broken,
         json!([
