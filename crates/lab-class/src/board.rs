@@ -17,7 +17,7 @@
 //! - the instructor's token (printed on the instructor's terminal only) shows names and
 //!   histories, gives the exports, and posts verified verdicts.
 //!
-//! Every refusal is a 4xx with a JSON body `{"error": …}`: a body over 16 KiB 413, one that is
+//! Every refusal is a 4xx with a JSON body `{"error": …}`: a body over 64 KiB 413, one that is
 //! not the JSON asked for 400, a missing token 401, a wrong code or token 403, a taken name 409,
 //! a client over its rate 429 with `Retry-After`. The only 5xx is a 503 when the board's own
 //! database fails.
@@ -41,7 +41,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{self, JoinRequest, MAX_BODY_BYTES, VerdictPost, VerifiedPost};
+use crate::model::{self, JoinRequest, MAX_BODY_BYTES, Schedule, VerdictPost, VerifiedPost};
 use crate::store::{Source, Store, StoreError};
 
 const INDEX_HTML: &str = include_str!("page/index.html");
@@ -327,6 +327,21 @@ async fn board(
     let cells = app.store.cells().await?;
     let mut board = crate::grid::board(&learners, &cells, instructor && !projector);
     board["instructor"] = json!(instructor);
+    // Each commonest broken invariant's example, with the schedule that broke it.
+    let examples: Vec<i64> = board["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|check| check["commonest_broken"]["example"].as_i64())
+        .collect();
+    let schedules: HashMap<i64, Schedule> =
+        app.store.schedules(&examples).await?.into_iter().collect();
+    for check in board["checks"].as_array_mut().into_iter().flatten() {
+        let example = check["commonest_broken"]["example"].as_i64();
+        if let Some(schedule) = example.and_then(|id| schedules.get(&id)) {
+            check["commonest_broken"]["schedule"] = json!(schedule);
+        }
+    }
     // The join line, with the class code, for the instructor's page to show the room: at the
     // address this browser reached the board by, which is one the learners can reach too.
     board["join"] = match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
@@ -360,6 +375,17 @@ async fn history(
         .find(|l| l.id == id)
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no learner {id}")))?;
     let verdicts = app.store.history(id, HISTORY_LIMIT).await?;
+    let ids: Vec<i64> = verdicts.iter().map(|v| v.id).collect();
+    let schedules: HashMap<i64, Schedule> = app.store.schedules(&ids).await?.into_iter().collect();
+    let verdicts: Vec<Value> = verdicts
+        .into_iter()
+        .map(|verdict| {
+            let schedule = schedules.get(&verdict.id).cloned();
+            let mut verdict = json!(verdict);
+            verdict["schedule"] = json!(schedule);
+            verdict
+        })
+        .collect();
     Ok(axum::Json(json!({
         "learner": {"id": learner.id, "name": learner.name},
         "verdicts": verdicts,

@@ -51,6 +51,8 @@ fn commonest_broken(failed: &[&Stored]) -> Option<Value> {
         "reason": example.reason,
         "replay": example.replay,
         "count": cells.len(),
+        // The board adds its schedule (`Store::schedules`).
+        "example": example.id,
     }))
 }
 
@@ -215,6 +217,7 @@ mod tests {
 
     fn cell(learner: i64, check: &str, verdict: Kind, key: Option<&str>, age_s: f64) -> Stored {
         Stored {
+            id: learner * 100 + age_s as i64,
             learner,
             exercise: "report-api".into(),
             check: check.into(),

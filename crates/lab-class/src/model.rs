@@ -8,8 +8,13 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The largest request body the board reads (a verdict is a few hundred bytes).
-pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// The largest request body the board reads (a verdict with its schedule in both languages is a
+/// few KiB; the longest the exercises tell, a burst of eight requests, about 9 KiB).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// The lines of a schedule, per language.
+pub const MAX_SCHEDULE_LINES: usize = 80;
+/// One line of a schedule.
+pub const MAX_SCHEDULE_LINE_CHARS: usize = 400;
 /// A display name's length, in characters.
 pub const MAX_NAME_CHARS: usize = 40;
 /// The invariant's words, as the learner's lab rendered them.
@@ -83,6 +88,17 @@ pub struct VerdictPost {
     /// The line that replays the check's schedule.
     #[serde(default)]
     pub replay: Option<String>,
+    /// The schedule that broke it, told step by step as the learner's lab told it.
+    #[serde(default)]
+    pub schedule: Option<Schedule>,
+}
+
+/// A check's schedule, a line per step, call or rows read, in English and Russian.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    pub en: Vec<String>,
+    pub ru: Vec<String>,
 }
 
 /// The words of a broken invariant (or of why a check could not decide), in English and Russian.
@@ -176,6 +192,26 @@ impl VerdictPost {
             text("reason.ru", &Some(reason.ru.clone()), MAX_REASON_CHARS)?;
         }
         text("replay", &self.replay, MAX_REPLAY_CHARS)?;
+        if let Some(schedule) = &self.schedule {
+            for lines in [&schedule.en, &schedule.ru] {
+                if lines.len() > MAX_SCHEDULE_LINES {
+                    return Err(Invalid(format!(
+                        "the schedule has {} lines; at most {MAX_SCHEDULE_LINES}",
+                        lines.len()
+                    )));
+                }
+                for line in lines {
+                    text(
+                        "a schedule's line",
+                        &Some(line.clone()),
+                        MAX_SCHEDULE_LINE_CHARS,
+                    )?;
+                    if line.contains('\n') {
+                        return Err(Invalid("a schedule's line has a line break".into()));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -204,6 +240,10 @@ mod tests {
                 ru: "два отчёта на один ключ".into(),
             }),
             replay: Some("lab exercise check report-api --only race --seed 7".into()),
+            schedule: Some(Schedule {
+                en: vec!["1. Two requests with one key, at once.".into()],
+                ru: vec!["1. Два запроса с одним ключом, одновременно.".into()],
+            }),
         }
     }
 
@@ -233,6 +273,14 @@ mod tests {
             ..post()
         };
         assert!(odd_key.validate().is_err());
+        let long_schedule = VerdictPost {
+            schedule: Some(Schedule {
+                en: vec!["a line".into(); MAX_SCHEDULE_LINES + 1],
+                ru: Vec::new(),
+            }),
+            ..post()
+        };
+        assert!(long_schedule.validate().is_err());
         let escape = VerdictPost {
             replay: Some("lab \u{1b}[2J".into()),
             ..post()

@@ -8,7 +8,7 @@
 
 use sqlx::PgPool;
 
-use crate::model::{Joined, Kind, Reason, VerdictPost};
+use crate::model::{Joined, Kind, Reason, Schedule, VerdictPost};
 
 /// The schema every table of the board lives in.
 pub const SCHEMA: &str = "lab_class";
@@ -43,6 +43,8 @@ impl Source {
 /// One stored verdict: a cell of the grid, or a line of a learner's history.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Stored {
+    /// The row's id: the newest verdict of a cell has the largest.
+    pub id: i64,
     pub learner: i64,
     pub exercise: String,
     pub check: String,
@@ -129,17 +131,21 @@ const TABLES: &[&str] = &[
         reason_en text,
         reason_ru text,
         replay text,
+        -- A line per row; a line has no line break (the post is checked for it).
+        schedule_en text,
+        schedule_ru text,
         received_at timestamptz NOT NULL DEFAULT now())",
     // The newest verdict of a cell is the first row of its index range.
     "CREATE INDEX IF NOT EXISTS verdicts_cell
         ON lab_class.verdicts (learner_id, exercise, check_name, id DESC)",
 ];
 
-const STORED_COLUMNS: &str = "learner_id, exercise, check_name, verdict, source, reason_key, \
+const STORED_COLUMNS: &str = "id, learner_id, exercise, check_name, verdict, source, reason_key, \
      reason_en, reason_ru, replay, extract(epoch FROM now() - received_at)::float8, \
      to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')";
 
 type StoredRow = (
+    i64,
     i64,
     String,
     String,
@@ -154,9 +160,10 @@ type StoredRow = (
 );
 
 fn stored(
-    (learner, exercise, check, verdict, source, reason_key, en, ru, replay, age_s, at): StoredRow,
+    (id, learner, exercise, check, verdict, source, reason_key, en, ru, replay, age_s, at): StoredRow,
 ) -> Stored {
     Stored {
+        id,
         learner,
         exercise,
         check,
@@ -251,8 +258,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO lab_class.verdicts
                  (learner_id, exercise, check_name, verdict, source, reason_key, reason_en,
-                  reason_ru, replay)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                  reason_ru, replay, schedule_en, schedule_ru)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(learner)
         .bind(&post.exercise)
@@ -263,6 +270,8 @@ impl Store {
         .bind(post.reason.as_ref().map(|r| r.en.as_str()))
         .bind(post.reason.as_ref().map(|r| r.ru.as_str()))
         .bind(&post.replay)
+        .bind(post.schedule.as_ref().map(|s| s.en.join("\n")))
+        .bind(post.schedule.as_ref().map(|s| s.ru.join("\n")))
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -304,6 +313,29 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(stored).collect())
+    }
+
+    /// The schedules of these verdicts (the examples the board shows), by id. The grid itself is
+    /// read without them: it is read every second by every page.
+    pub async fn schedules(&self, ids: &[i64]) -> Result<Vec<(i64, Schedule)>, StoreError> {
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT id, schedule_en, schedule_ru FROM lab_class.verdicts
+             WHERE id = ANY($1) AND schedule_en IS NOT NULL AND schedule_ru IS NOT NULL",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        let lines = |text: &str| text.lines().map(str::to_string).collect();
+        Ok(rows
+            .into_iter()
+            .map(|(id, en, ru)| {
+                let schedule = Schedule {
+                    en: lines(&en),
+                    ru: lines(&ru),
+                };
+                (id, schedule)
+            })
+            .collect())
     }
 
     /// Whether `token` is the instructor's.

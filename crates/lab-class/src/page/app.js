@@ -24,6 +24,8 @@ let langChosen = lang === "en" || lang === "ru";
 let projector = params.get("projector") === "1";
 let last = null;
 let historyOf = null;
+// The example schedules the instructor opened: kept open across the redraws.
+const opened = new Set();
 
 const $ = (id) => document.getElementById(id);
 
@@ -39,6 +41,18 @@ function t(key, args) {
 /// A broken invariant's words, in the page's language ({en, ru} from the learner's lab).
 function reasonText(reason) {
   return reason ? reason[lang] || reason.en : null;
+}
+
+/// A schedule's lines in the page's language, as a <details> that stays open once opened.
+function scheduleOf(schedule, id) {
+  const lines = schedule ? schedule[lang] || schedule.en : null;
+  if (!lines || !lines.length) return null;
+  const details = el("details", "schedule");
+  details.open = opened.has(id);
+  details.addEventListener("toggle", () => (details.open ? opened.add(id) : opened.delete(id)));
+  details.appendChild(el("summary", null, t("class.schedule")));
+  details.appendChild(el("pre", null, lines.join("\n")));
+  return details;
 }
 
 function el(tag, className, text) {
@@ -133,6 +147,8 @@ function drawExercise(exercise, board) {
       li.appendChild(document.createTextNode(" — " + t("class.broken_by", { count: c.count, reported: summary.reported }) + ": "));
       li.appendChild(el("span", "reason", reasonText(c.reason) || c.reason_key));
       if (c.replay) li.appendChild(el("code", "replay", c.replay));
+      const schedule = scheduleOf(c.schedule, exercise.name + "/" + check);
+      if (schedule) li.appendChild(schedule);
       broken.appendChild(li);
     }
   }
@@ -188,6 +204,8 @@ async function openHistory(learner) {
     li.appendChild(document.createTextNode(" " + MARKS[v.verdict] + " " + t("class.verdict_" + v.verdict) +
       (v.source === "verified" ? " (" + t("class.verified") + ")" : "") +
       (v.reason ? ": " + reasonText(v.reason) : "")));
+    const schedule = scheduleOf(v.schedule, "history/" + v.id);
+    if (schedule) li.appendChild(schedule);
     return li;
   }));
 }

@@ -116,6 +116,16 @@ fn verdict(check: &str, kind: Kind, key: Option<&str>) -> VerdictPost {
             ru: format!("слова {k}"),
         }),
         replay: key.map(|_| format!("lab exercise check report-api --only {check} --seed 7")),
+        schedule: key.map(|_| lab_class::model::Schedule {
+            en: vec![
+                format!("1. {check}: two requests"),
+                "   client → POST /reports".into(),
+            ],
+            ru: vec![
+                format!("1. {check}: два запроса"),
+                "   client → POST /reports".into(),
+            ],
+        }),
     }
 }
 
@@ -200,6 +210,10 @@ async fn a_class_posts_and_the_grid_shows_the_newest_verdict_per_cell() {
         race["commonest_broken"]["replay"],
         "lab exercise check report-api --only race --seed 7"
     );
+    assert_eq!(
+        race["commonest_broken"]["schedule"]["ru"],
+        json!(["1. race: два запроса", "   client → POST /reports"])
+    );
     assert_eq!(board["join"]["code"], rig.code.as_str());
 
     // Anyone else, and the instructor in projector mode: numbers, no names, no code.
@@ -244,6 +258,11 @@ async fn a_class_posts_and_the_grid_shows_the_newest_verdict_per_cell() {
         .map(|v| v["verdict"].as_str().unwrap())
         .collect();
     assert_eq!(verdicts, ["pass", "fail"]);
+    assert!(history["verdicts"][0]["schedule"].is_null());
+    assert_eq!(
+        history["verdicts"][1]["schedule"]["en"][0],
+        "1. race: two requests"
+    );
     let (status, body) = rig.call(reqwest::Method::GET, &path, None, None).await;
     assert_refused(status, &body, 403, "a history without the token");
     let csv = rig
@@ -417,10 +436,10 @@ async fn hostile_and_forged_requests_are_refused_with_a_json_reason() {
             reqwest::Method::POST,
             "/api/verdicts",
             Some(&bob),
-            Some("x".repeat(17 * 1024)),
+            Some("x".repeat(lab_class::model::MAX_BODY_BYTES + 1)),
         )
         .await;
-    assert_refused(status, &body, 413, "a body over 16 KiB");
+    assert_refused(status, &body, 413, "a body over 64 KiB");
     let (status, body) = rig
         .call(reqwest::Method::DELETE, "/api/board", None, None)
         .await;

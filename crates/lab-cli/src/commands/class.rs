@@ -343,8 +343,37 @@ impl BothLanguages {
                 ru: self.ru.of(exercise, msg),
             }),
             replay: (verdict != lab_class::Kind::Pass).then(|| replay.line(report)),
+            schedule: (verdict != lab_class::Kind::Pass).then(|| lab_class::model::Schedule {
+                en: board_lines(lab_exercises::report::text::schedule(
+                    &self.en, exercise, report,
+                )),
+                ru: board_lines(lab_exercises::report::text::schedule(
+                    &self.ru, exercise, report,
+                )),
+            }),
         })
     }
+}
+
+/// A schedule's lines as the board takes them: one line each, each and all within its limits
+/// (a longer schedule is cut, and says so in its last line).
+fn board_lines(lines: Vec<String>) -> Vec<String> {
+    use lab_class::model::{MAX_SCHEDULE_LINE_CHARS, MAX_SCHEDULE_LINES};
+    let mut out: Vec<String> = lines
+        .iter()
+        .flat_map(|line| line.lines())
+        .map(|line| {
+            line.chars()
+                .filter(|c| !c.is_control())
+                .take(MAX_SCHEDULE_LINE_CHARS)
+                .collect()
+        })
+        .collect();
+    if out.len() > MAX_SCHEDULE_LINES {
+        out.truncate(MAX_SCHEDULE_LINES - 1);
+        out.push("…".to_string());
+    }
+    out
 }
 
 /// A learner's link to a board: where, and as whom.

@@ -258,6 +258,13 @@ fn learners_checks_reach_the_board_and_a_board_that_is_down_changes_no_exit_code
         ann_replay["reason_key"]
     );
     assert_eq!(replay["commonest_broken"]["count"], 2);
+    // The example's schedule, as the learner's lab told it, in both languages.
+    let schedule = &replay["commonest_broken"]["schedule"];
+    for lang in ["en", "ru"] {
+        let lines = schedule[lang].as_array().unwrap_or_else(|| panic!("{schedule}"));
+        assert!(lines[0].as_str().unwrap().starts_with("1. "), "{schedule}");
+    }
+    assert_ne!(schedule["en"], schedule["ru"]);
 
     // The place on the board is remembered in the folder: Ann checks again with `--class` alone.
     let again = check(

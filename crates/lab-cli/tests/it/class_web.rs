@@ -42,6 +42,10 @@ fn verdict(
             ru: ru.to_string(),
         }),
         replay: key.map(|_| format!("lab exercise check report-api --only {check} --seed 7")),
+        schedule: key.map(|_| lab_class::model::Schedule {
+            en: vec!["1. Two requests with one key, at once.".into()],
+            ru: vec!["1. Два запроса с одним ключом, одновременно.".into()],
+        }),
     }
 }
 
@@ -157,6 +161,24 @@ async fn the_board_in_a_browser_shows_two_learners_live_and_hides_names_on_the_p
     );
     // In Russian, the page shows the Russian words the learner's lab sent beside the English.
     page.click("#lang-toggle").await;
+    // The example's schedule, opened, stays open across the page's redraws (one a second).
+    page.click("ul.broken li[data-check=\"race\"] details.schedule summary")
+        .await;
+    page.eval(
+        "window.clickedSchedule = document.querySelector('ul.broken li[data-check=\"race\"] details.schedule');",
+        json!([]),
+    )
+    .await;
+    // A redraw later (a new element), it is still open.
+    let schedule = until(
+        &page,
+        "(() => {
+           const d = document.querySelector('ul.broken li[data-check=\"race\"] details.schedule');
+           return d !== window.clickedSchedule && d.open && d.querySelector('pre').textContent;
+         })()",
+    )
+    .await;
+    assert_eq!(schedule, "1. Два запроса с одним ключом, одновременно.");
     let shown = until(
         &page,
         "document.querySelector('ul.broken li[data-check=\"race\"] .reason').textContent.startsWith('два') &&
