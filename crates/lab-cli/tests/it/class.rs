@@ -261,7 +261,9 @@ fn learners_checks_reach_the_board_and_a_board_that_is_down_changes_no_exit_code
     // The example's schedule, as the learner's lab told it, in both languages.
     let schedule = &replay["commonest_broken"]["schedule"];
     for lang in ["en", "ru"] {
-        let lines = schedule[lang].as_array().unwrap_or_else(|| panic!("{schedule}"));
+        let lines = schedule[lang]
+            .as_array()
+            .unwrap_or_else(|| panic!("{schedule}"));
         assert!(lines[0].as_str().unwrap().starts_with("1. "), "{schedule}");
     }
     assert_ne!(schedule["en"], schedule["ru"]);
