@@ -373,6 +373,65 @@ fn watch_sends_the_verdicts_again_after_every_save() {
     common::assert_nothing_left(tmp.path());
 }
 
+#[test]
+fn on_a_terminal_the_code_and_the_name_are_asked_once() {
+    use std::io::Write as _;
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let board = ClassBoard::start(tmp.path(), "en");
+    let dir = work.path().join("asked");
+    answering_program(&dir);
+    // `script` gives lab a terminal (a pty) whose keyboard is this test's pipe.
+    let line = format!(
+        "'{}' exercise check report-api '{}' --only replay --class '{}'",
+        common::lab_path(),
+        dir.display(),
+        board.url
+    );
+    let run = |keys: &[u8]| {
+        let mut child = common::command(Path::new("script"), &["-qec", &line, "/dev/null"])
+            .env("TMPDIR", tmp.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut keyboard = child.stdin.take().unwrap();
+        keyboard.write_all(keys).unwrap();
+        let out = child.wait_with_output().unwrap();
+        drop(keyboard);
+        out
+    };
+    let asked = run(format!("{}\nPat\n", board.code).as_bytes());
+    let said = stdout(&asked);
+    assert_eq!(asked.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("Class code") && said.contains("Your name"),
+        "{said}"
+    );
+    assert!(said.contains("joined") && said.contains("as Pat"), "{said}");
+    // The second time nothing is asked: the place is remembered in the folder.
+    let again = run(b"");
+    let said = stdout(&again);
+    assert_eq!(again.status.code(), Some(1), "{said}");
+    assert!(!said.contains("Class code"), "{said}");
+    assert!(said.contains("verdicts sent to"), "{said}");
+    let grid = board.board();
+    let id = grid["learners"][0]["id"].as_i64().unwrap();
+    assert_eq!(grid["learners"][0]["name"], "Pat");
+    let history = get_json(
+        &format!("{}api/learners/{id}/history", board.url),
+        Some(&board.token),
+    );
+    assert_eq!(
+        history["verdicts"].as_array().unwrap().len(),
+        2,
+        "{history}"
+    );
+    board.stop();
+    common::assert_nothing_left(tmp.path());
+}
+
 /// The board's URL as Ann's folder remembers it.
 fn grid_url(outs: &[(PathBuf, Output)]) -> String {
     let state: Value = serde_json::from_str(
