@@ -51,12 +51,16 @@ const STYLE_CSS: &str = include_str!("page/style.css");
 /// How many verdicts of one learner the history view shows.
 const HISTORY_LIMIT: i64 = 500;
 
-/// What the page is told besides the grid: its default language and its words in both.
+/// What the page is told besides the grid: its default language, its words in both, and the
+/// board's URL as the learners reach it.
 #[derive(Clone)]
 pub struct PageTexts {
     pub lang: String,
     /// `{"en": {key: text}, "ru": {…}}`: the `class.` texts of the lab's common texts.
     pub ui: Value,
+    /// The URL the join line gives the learners (`lab class` works it out from `--bind`);
+    /// `None`: the address the instructor's browser used.
+    pub learners_url: Option<String>,
 }
 
 /// A running board, stopped by [`Board::stop`].
@@ -343,12 +347,16 @@ async fn board(
         }
     }
     // The join line, with the class code, for the instructor's page to show the room: at the
-    // address this browser reached the board by, which is one the learners can reach too.
-    board["join"] = match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
-        Some(host) if instructor => json!({
-            "url": format!("http://{host}/"),
-            "code": app.store.class_code,
-        }),
+    // learners' address when `lab class` knows it (the instructor's browser may have come in
+    // through 127.0.0.1), else at the address this browser used.
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let url = app
+        .texts
+        .learners_url
+        .clone()
+        .or_else(|| host.map(|host| format!("http://{host}/")));
+    board["join"] = match url {
+        Some(url) if instructor => json!({"url": url, "code": app.store.class_code}),
         _ => Value::Null,
     };
     Ok(axum::Json(board).into_response())

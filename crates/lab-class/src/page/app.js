@@ -181,7 +181,7 @@ function draw() {
   if (board.join) {
     join.replaceChildren(
       document.createTextNode(t("class.join") + " "),
-      el("code", "join-line", "lab exercise check EXERCISE --class " + board.join.url + " --class-code " + board.join.code),
+      el("code", "join-line", "lab exercise check " + t("class.exercise") + " --class " + board.join.url + " --class-code " + board.join.code),
     );
   }
   const grid = $("grid");

@@ -29,6 +29,7 @@ impl Rig {
         let texts = PageTexts {
             lang: "en".into(),
             ui: json!({"en": {}, "ru": {}}),
+            learners_url: None,
         };
         let board = Board::start(listener, store, texts).unwrap();
         Rig {

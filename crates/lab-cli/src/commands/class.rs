@@ -83,6 +83,7 @@ fn page_texts(library: &Library, lang: lab_core::Lang) -> PageTexts {
     PageTexts {
         lang: lang.code().to_string(),
         ui: serde_json::Value::Object(ui),
+        learners_url: None,
     }
 }
 
@@ -140,21 +141,28 @@ async fn start(
         .map_err(Failure::environment)?;
     let store = Store::open(pool).await.map_err(Failure::environment)?;
     let (code, token) = (store.class_code.clone(), store.instructor_token.clone());
-    let board = Board::start(listener, store, texts).map_err(Failure::environment)?;
-    let addr = board.addr;
+    let addr = listener.local_addr().map_err(Failure::environment)?;
     // The URL this machine opens; the learners' is the machine's address on their network.
     let here = if addr.ip().is_unspecified() {
         SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
     } else {
         addr
     };
-    let theirs = if addr.ip().is_loopback() {
-        format!("http://{here}/")
+    let learners_url = if addr.ip().is_loopback() {
+        Some(format!("http://{here}/"))
     } else if addr.ip().is_unspecified() {
-        format!("http://<{}>:{}/", t("class.this_machine"), addr.port())
+        lan_address().map(|ip| format!("http://{}/", SocketAddr::new(ip, addr.port())))
     } else {
-        format!("http://{addr}/")
+        Some(format!("http://{addr}/"))
     };
+    let theirs = learners_url
+        .clone()
+        .unwrap_or_else(|| format!("http://<{}>:{}/", t("class.this_machine"), addr.port()));
+    let texts = PageTexts {
+        learners_url,
+        ..texts
+    };
+    let board = Board::start(listener, store, texts).map_err(Failure::environment)?;
     let store_line = match postgres.origin {
         Origin::Throwaway => t("class.store_throwaway"),
         Origin::Given => t(Msg::new("class.store_given").arg("url", postgres.target.redacted())),
@@ -186,6 +194,19 @@ async fn start(
     say!("{}", t("class.stop"));
     crate::output::drained().await;
     Ok(board)
+}
+
+/// This machine's address on the network its default route leads to: what a board bound to
+/// every address (`0.0.0.0`) is reached at from the classroom. A UDP socket "connected" to an
+/// address of the documentation range (RFC 5737) sends nothing; the kernel only chooses the
+/// source address it would use. `None` without a route (no network), or when that is loopback.
+fn lan_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    socket
+        .connect((std::net::Ipv4Addr::new(192, 0, 2, 1), 9))
+        .ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
 
 /// `lab class verify`.

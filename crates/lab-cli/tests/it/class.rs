@@ -30,7 +30,12 @@ pub struct ClassBoard {
 impl ClassBoard {
     /// `lab class --bind 127.0.0.1:0` (TMPDIR `tmp`), once it has printed its lines.
     pub fn start(tmp: &Path, lang: &str) -> ClassBoard {
-        let mut child = lab(&["class", "--bind", "127.0.0.1:0", "--lang", lang])
+        ClassBoard::start_on(tmp, lang, "127.0.0.1:0")
+    }
+
+    /// `lab class --bind BIND`.
+    pub fn start_on(tmp: &Path, lang: &str, bind: &str) -> ClassBoard {
+        let mut child = lab(&["class", "--bind", bind, "--lang", lang])
             .env("TMPDIR", tmp)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -67,9 +72,10 @@ impl ClassBoard {
         }
     }
 
-    /// The grid, as the instructor's token shows it.
+    /// The grid, as the instructor's token shows it (asked on this machine's loopback).
     pub fn board(&self) -> Value {
-        let url = format!("{}api/board", self.url);
+        let base = self.instructor_url.split('#').next().unwrap();
+        let url = format!("{base}api/board");
         let token = self.token.clone();
         get_json(&url, Some(&token))
     }
@@ -429,6 +435,32 @@ fn on_a_terminal_the_code_and_the_name_are_asked_once() {
         "{history}"
     );
     board.stop();
+    common::assert_nothing_left(tmp.path());
+}
+
+#[test]
+fn a_board_on_every_address_gives_the_learners_this_machines_address() {
+    let tmp = shared_tempdir();
+    let board = ClassBoard::start_on(tmp.path(), "ru", "0.0.0.0:0");
+    // The instructor's own view is on loopback; the learners' line names the address the
+    // classroom reaches (or says to put it in, on a machine with no route).
+    assert!(
+        board.instructor_url.starts_with("http://127.0.0.1:"),
+        "{}",
+        board.instructor_url
+    );
+    if !board.url.contains('<') {
+        let url = url::Url::parse(&board.url).unwrap();
+        let ip: std::net::IpAddr = url.host_str().unwrap().parse().unwrap();
+        assert!(!ip.is_loopback() && !ip.is_unspecified(), "{}", board.url);
+        // The page shows the instructor the same line, though its browser came in on loopback.
+        assert_eq!(board.board()["join"]["url"], board.url.as_str());
+    }
+    let said = board.stop();
+    assert!(
+        said.contains("0.0.0.0"),
+        "the warning names the address: {said}"
+    );
     common::assert_nothing_left(tmp.path());
 }
 
