@@ -13,6 +13,13 @@ include!(concat!(env!("OUT_DIR"), "/files.rs"));
 pub const SCHEMA_TEXT: &str = include_str!("../../../schema.sql");
 const SCHEMA_SQL: &[u8] = SCHEMA_TEXT.as_bytes();
 
+/// What a project's own tools and the lab leave beside the code, kept out of the learner's
+/// repository: the venv, Python's caches, Cargo's builds, and the lab's state file, which holds
+/// the learner's token for a `lab class` board (whoever has it can post as the learner).
+const GITIGNORE: &[u8] =
+    b"# Written by `lab exercise`: what the tools and the lab leave beside the code.\n\
+.venv/\n__pycache__/\ntarget/\n.lab-exercise-state.json\n";
+
 /// The embedded file at `path` (relative to `exercises/`), if any.
 pub fn file(path: &str) -> Option<&'static [u8]> {
     FILES
@@ -48,8 +55,8 @@ fn is_free(dir: &Path) -> bool {
 
 /// Writes the trees `sources` into `dir`, which must be missing or empty: each is a prefix of
 /// embedded files and the folder (relative to `dir`) they go to; later ones add to earlier ones.
-/// `schema.sql` goes beside them when `with_schema`. Returns the paths written, relative to
-/// `dir`.
+/// `schema.sql` goes beside them when `with_schema`, and a `.gitignore` ([`GITIGNORE`]) always.
+/// Returns the paths written, relative to `dir`.
 pub fn write_project(
     sources: &[(String, &str)],
     with_schema: bool,
@@ -81,6 +88,7 @@ pub fn write_project(
     if with_schema {
         put("schema.sql", SCHEMA_SQL)?;
     }
+    put(".gitignore", GITIGNORE)?;
     written.sort();
     written.dedup();
     Ok(written)
@@ -104,4 +112,24 @@ pub fn write_side(
         sources.push(("vendor/idem".to_string(), "vendor/idem"));
     }
     write_project(&sources, exercise.needs.postgres, dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_side_keeps_the_lab_state_and_builds_out_of_git() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("report-api");
+        let written = write_side(&crate::report_api::EXERCISE, "rust", "starter", &dir).unwrap();
+        assert!(
+            written.iter().any(|path| path == ".gitignore"),
+            "{written:?}"
+        );
+        let ignored = std::fs::read_to_string(dir.join(".gitignore")).unwrap();
+        for line in [crate::state::FILE, "target/", ".venv/", "__pycache__/"] {
+            assert!(ignored.lines().any(|l| l == line), "{line} in {ignored}");
+        }
+    }
 }
