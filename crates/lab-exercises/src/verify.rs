@@ -209,14 +209,22 @@ pub async fn verify(
     units.sort_by_key(|unit| unit.project.lang == "rust");
     let (built, is_built) = tokio::sync::watch::channel(false);
     let builds = async {
-        for unit in units.iter().filter(|unit| unit.project.lang == "rust") {
-            // A build that fails here fails again in its check, which tells it.
-            if let Ok(program) = unit.project.program(plan) {
-                let env = unit.project.options(1).guest_env;
-                if let Ok(guest) = Guest::new(&program.dir, program.manifest, 0, env) {
-                    let _ = guest.build().await;
-                }
-            }
+        // The solutions and the designs first; then the starters, in a target folder seeded
+        // with the solutions' built dependencies (see `seed_starter_target`).
+        let rust = |starter: bool| {
+            units.iter().filter(move |unit| {
+                unit.project.lang == "rust" && (unit.project.side == Side::Starter) == starter
+            })
+        };
+        for unit in rust(false) {
+            build(&unit.project, plan).await;
+        }
+        let starters: Vec<&Project> = rust(true).map(|unit| &unit.project).collect();
+        if !starters.is_empty() {
+            seed_starter_target(scratch, &starters).await;
+        }
+        for project in starters {
+            build(project, plan).await;
         }
         let _ = built.send(true);
     };
@@ -283,6 +291,82 @@ pub async fn verify(
             .arg("runs", tally.runs),
     ));
     Ok(tally)
+}
+
+/// Builds a Rust project ahead of its check. A build that fails here fails again in its
+/// check, which tells it.
+async fn build(project: &Project<'_>, plan: &Plan) {
+    if let Ok(program) = project.program(plan) {
+        let env = project.options(1).guest_env;
+        if let Ok(guest) = Guest::new(&program.dir, program.manifest, 0, env) {
+            let _ = guest.build().await;
+        }
+    }
+}
+
+/// Seeds the starters' Cargo target folder with the dependencies the solutions' builds made,
+/// so that they are not built twice (a starter's dependencies are a solution's: about 150 s of
+/// a two-core machine's CPU a side). The starters keep a folder of their own (see the sides'
+/// folders in [`verify`]); the copy keeps the files' times, which Cargo compares, and then each
+/// starter's own files are dated now, newer than anything copied: Cargo builds every crate of
+/// the starters' own again (each one, and its vendored `idem`) and reuses what came from
+/// crates.io, whose builds it knows by version and features, not by time. Best effort: a copy
+/// that fails leaves the folder to be built from nothing, as before.
+async fn seed_starter_target(scratch: &Path, starters: &[&Project<'_>]) {
+    let solution = scratch.join(format!("cargo-target-{}", Side::Solution.word()));
+    let starter = scratch.join(format!("cargo-target-{}", Side::Starter.word()));
+    let from = solution.join("debug");
+    let into = starter.join("debug");
+    if !from.is_dir() || starter.exists() {
+        return;
+    }
+    let copied = async {
+        std::fs::create_dir_all(&into).ok()?;
+        // Dependencies' builds, build scripts' outputs, and Cargo's records of both: what
+        // Cargo needs to find them built. Not the solutions' programs nor their incremental
+        // caches.
+        let parts: Vec<PathBuf> = ["deps", "build", ".fingerprint"]
+            .iter()
+            .map(|part| from.join(part))
+            .filter(|part| part.exists())
+            .collect();
+        let status = tokio::process::Command::new("cp")
+            .arg("-a")
+            .args(&parts)
+            .arg(&into)
+            .kill_on_drop(true)
+            .status()
+            .await
+            .ok()?;
+        status.success().then_some(())
+    };
+    let dated = copied.await.is_some()
+        && starters
+            .iter()
+            .all(|project| date_now(&project.dir).is_ok());
+    if !dated {
+        let _ = std::fs::remove_dir_all(&starter);
+    }
+}
+
+/// Sets the modification time of every file under `dir` to now (links are left alone: a
+/// project's are links to what it uses, never its sources).
+fn date_now(dir: &Path) -> std::io::Result<()> {
+    let now = std::time::SystemTime::now();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            date_now(&path)?;
+        } else if kind.is_file() {
+            std::fs::File::options()
+                .write(true)
+                .open(&path)?
+                .set_modified(now)?;
+        }
+    }
+    Ok(())
 }
 
 impl Tally {
