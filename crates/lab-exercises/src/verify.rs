@@ -162,7 +162,7 @@ pub async fn verify(
                 // folders, and Cargo, which hashes a workspace's own crate by its path inside
                 // the workspace, would take one's build for the other's. Two builds in one
                 // folder at once wait for each other (Cargo locks it).
-                let target = scratch.join(format!("cargo-target-{}", side.word()));
+                let target = cargo_target(scratch, &side);
                 crate::files::write_side(exercise, lang, &side.word(), &dir)?;
                 let project = Project {
                     exercise,
@@ -193,8 +193,7 @@ pub async fn verify(
                 // A Rust design is a crate of its own name (never a solution's), so it shares
                 // the solutions' target folder and their built dependencies without taking
                 // their builds (see the sides' folders above).
-                target: rust
-                    .then(|| scratch.join(format!("cargo-target-{}", Side::Solution.word()))),
+                target: rust.then(|| cargo_target(scratch, &Side::Solution)),
             };
             units.push(Unit {
                 project,
@@ -293,6 +292,12 @@ pub async fn verify(
     Ok(tally)
 }
 
+/// The Cargo target folder of `side`'s Rust projects in `scratch` (a design's is the
+/// solutions').
+fn cargo_target(scratch: &Path, side: &Side) -> PathBuf {
+    scratch.join(format!("cargo-target-{}", side.word()))
+}
+
 /// Builds a Rust project ahead of its check. A build that fails here fails again in its
 /// check, which tells it.
 async fn build(project: &Project<'_>, plan: &Plan) {
@@ -313,8 +318,8 @@ async fn build(project: &Project<'_>, plan: &Plan) {
 /// crates.io, whose builds it knows by version and features, not by time. Best effort: a copy
 /// that fails leaves the folder to be built from nothing, as before.
 async fn seed_starter_target(scratch: &Path, starters: &[&Project<'_>]) {
-    let solution = scratch.join(format!("cargo-target-{}", Side::Solution.word()));
-    let starter = scratch.join(format!("cargo-target-{}", Side::Starter.word()));
+    let solution = cargo_target(scratch, &Side::Solution);
+    let starter = cargo_target(scratch, &Side::Starter);
     let from = solution.join("debug");
     let into = starter.join("debug");
     if !from.is_dir() || starter.exists() {
@@ -662,7 +667,7 @@ async fn verify_cross_replay(
         repeat: CheckOptions::REPEAT,
         guest_env: vec![(
             "CARGO_TARGET_DIR".to_string(),
-            scratch.join("cargo-target-solution").display().to_string(),
+            cargo_target(scratch, &Side::Solution).display().to_string(),
         )],
         first: Vec::new(),
     };
