@@ -12,7 +12,7 @@
 //! * `Settings` and `ProxyShared`, which implements
 //!   [`ProxyContext`]: what a connection may ask of its proxy;
 //! * [`Proxy`], the handle: enable, update, shut down; toxics; faults;
-//! * the listener: `resolve`, `bind`, `stop_accepting`, and the accept loop,
+//! * the listener: `resolve`, `bind`, `stop_accepting`, `park`, and the accept loop,
 //!   [`accept_connections`], which registers every connection, hands it the next
 //!   armed fault and spawns [`serve_connection`] for it.
 //!
@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use tokio::net::{TcpListener, lookup_host};
+use tokio::net::{TcpListener, TcpSocket, lookup_host};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
@@ -44,6 +44,9 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 /// How many spent faults a proxy keeps for its fault listing (the oldest go first). Faults
 /// that may still strike are always kept.
 const SPENT_FAULTS_KEPT: usize = 16;
+/// The listen backlog when a disabled proxy listens again on the socket that kept its port (the
+/// one `TcpListener::bind` uses).
+const LISTEN_BACKLOG: u32 = 1024;
 
 /// A snapshot of a proxy, shaped like Toxiproxy's JSON.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -113,6 +116,12 @@ struct ProxyShared {
     /// awaits the end of the loop: only then is the port really closed, so that new
     /// connections are refused and the port can be bound again.
     accept_loop: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+    /// While the proxy is disabled: a socket bound to its port without listening, changed only
+    /// under the `accept_loop` lock. It refuses connections as a closed port does, and it keeps
+    /// the port ours: a port from the ephemeral range (`:0`) given up for a moment is soon some
+    /// other program's outgoing connection, and enabling again would fail with "address in use".
+    /// Enabling listens on this very socket.
+    parked: Mutex<Option<TcpSocket>>,
     /// The toxics, in the order they were added. Every open connection watches
     /// this, which is how a new toxic reaches connections that are already open.
     toxics: watch::Sender<Vec<Toxic>>,
@@ -249,6 +258,7 @@ impl Proxy {
                     enabled: false,
                 }),
                 accept_loop: tokio::sync::Mutex::new(None),
+                parked: Mutex::new(None),
                 toxics: watch::Sender::new(Vec::new()),
                 faults: Mutex::new(Vec::new()),
                 next_fault_id: AtomicU64::new(0),
@@ -301,7 +311,8 @@ impl Proxy {
     }
 
     /// `false`: close the listener (new connections are refused) and cut every open
-    /// connection. `true`: listen again, on the same address and port.
+    /// connection; the port stays held, by a socket that does not listen. `true`: listen again,
+    /// on the same address and port.
     pub async fn set_enabled(&self, enabled: bool) -> Result<(), Error> {
         self.update(ProxyUpdate {
             enabled: Some(enabled),
@@ -337,13 +348,21 @@ impl Proxy {
         // Bind before tearing anything down: if the address is unusable, the proxy
         // stays exactly as it was.
         let listener = if enabled && (new_listen.is_some() || accept_loop.is_none()) {
-            let address = new_listen.as_ref().map_or(current.listen_addr, |(_, a)| *a);
-            Some(bind(address).await?)
+            match new_listen.as_ref() {
+                Some((_, address)) => Some(bind(*address).await?),
+                None => Some(self.listen_again(current.listen_addr).await?),
+            }
         } else {
             None
         };
         if !enabled || listener.is_some() {
-            stop_accepting(&mut accept_loop).await;
+            let was_listening = stop_accepting(&mut accept_loop).await;
+            if new_listen.is_some() {
+                // The port held for the old address is of no more use.
+                self.shared.parked.lock().take();
+            } else if !enabled && was_listening {
+                *self.shared.parked.lock() = park(current.listen_addr);
+            }
         }
         if !enabled || new_listen.is_some() || upstream_changed {
             self.shared.connections.cut_all();
@@ -371,11 +390,23 @@ impl Proxy {
         Ok(())
     }
 
+    /// Listens on `address` again after the proxy was disabled: on the socket that kept its port
+    /// if there is one, else on a new one.
+    async fn listen_again(&self, address: SocketAddr) -> Result<TcpListener, Error> {
+        let parked = self.shared.parked.lock().take();
+        match parked.map(|socket| socket.listen(LISTEN_BACKLOG)) {
+            Some(Ok(listener)) => Ok(listener),
+            // Listening on the parked socket failed: try a new one, which reports the error.
+            Some(Err(_)) | None => bind(address).await,
+        }
+    }
+
     /// Stops listening and cuts every connection (for delete and replace).
     pub(crate) async fn shutdown(&self) {
         let mut accept_loop = self.shared.accept_loop.lock().await;
         self.shared.removed.store(true, Ordering::SeqCst);
         stop_accepting(&mut accept_loop).await;
+        self.shared.parked.lock().take();
         self.shared.connections.cut_all();
     }
 
@@ -387,6 +418,7 @@ impl Proxy {
         {
             task.abort();
         }
+        self.shared.parked.lock().take();
         self.shared.connections.cut_all();
     }
 
@@ -534,13 +566,33 @@ async fn bind(address: SocketAddr) -> Result<TcpListener, Error> {
         })
 }
 
-async fn stop_accepting(accept_loop: &mut Option<JoinHandle<()>>) {
-    if let Some(task) = accept_loop.take() {
-        task.abort();
-        // Waiting for the aborted task drops its listener: the port is closed
-        // when this returns, not at some later poll.
-        let _ = task.await;
+/// Stops the accept loop, if one runs; says whether one did.
+async fn stop_accepting(accept_loop: &mut Option<JoinHandle<()>>) -> bool {
+    let Some(task) = accept_loop.take() else {
+        return false;
+    };
+    task.abort();
+    // Waiting for the aborted task drops its listener: the port is closed
+    // when this returns, not at some later poll.
+    let _ = task.await;
+    true
+}
+
+/// A socket bound to `address` that does not listen: the kernel refuses connections to it (no
+/// listener), and gives its port to no one else, neither to a `bind` to port 0 nor to an
+/// outgoing connection. `SO_REUSEADDR` as a listener has (the listener's accepted connections
+/// may linger in `TIME_WAIT` on this port). `None` if the port cannot be held: enabling then
+/// binds anew, as Toxiproxy does.
+fn park(address: SocketAddr) -> Option<TcpSocket> {
+    let socket = if address.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
     }
+    .ok()?;
+    socket.set_reuseaddr(true).ok()?;
+    socket.bind(address).ok()?;
+    Some(socket)
 }
 
 async fn accept_connections(listener: TcpListener, proxy: Arc<ProxyShared>) {

@@ -283,6 +283,35 @@ async fn disabling_refuses_and_cuts_then_enabling_rebinds_the_same_port() {
     echo_once(&mut again, b"back").await;
 }
 
+/// While disabled, the proxy's port is still its own: a port from the ephemeral range, given up,
+/// may be any other socket's a moment later, and enabling again would fail with "address in
+/// use" (it did, in CI, when a parallel test's connection took it). Another socket cannot bind
+/// it, and a connection to it is refused.
+#[tokio::test]
+async fn a_disabled_proxy_keeps_its_port() {
+    let (_proxies, proxy) = proxy_to(echo_server().await).await;
+    let address = proxy.listen_addr();
+    proxy.set_enabled(false).await.unwrap();
+
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    let taken = other.bind(address).unwrap_err();
+    assert_eq!(taken.kind(), ErrorKind::AddrInUse);
+    let refused = TcpStream::connect(address).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::ConnectionRefused);
+
+    // Disabled twice, the port is still held; enabled, the proxy listens on it.
+    proxy.set_enabled(false).await.unwrap();
+    assert!(
+        tokio::net::TcpSocket::new_v4()
+            .unwrap()
+            .bind(address)
+            .is_err()
+    );
+    proxy.set_enabled(true).await.unwrap();
+    let mut again = TcpStream::connect(address).await.unwrap();
+    echo_once(&mut again, b"back").await;
+}
+
 /// The client stops sending (FIN) and still gets its answer: the server only
 /// answers after reading end-of-stream, which must have been passed on.
 #[tokio::test]
