@@ -30,9 +30,10 @@
 //! after the answer" is judged by time: an attempt that reaches the recorder more than
 //! [`AFTER_ANSWER_MARGIN`] after the client had the relay's answer came after it; the lab
 //! watches each payment until its deadline has passed since its first attempt, and at least
-//! [`WATCH_SLACK`] after its answer. `deadline` comes before `backoff`: a relay that resends
-//! behind the client's back would still be busy with `backoff`'s payments when `deadline`'s own
-//! came due.
+//! [`WATCH_SLACK`] after its answer. A payment watched once stays watched for the rest of the
+//! run: a relay that resends behind the client's back may still be busy with `backoff`'s
+//! payments when `deadline`'s own comes due, and is caught on those, whatever order the checks
+//! run in.
 //!
 //! The layout: this file has the checks and their judgements (every text they name is the
 //! exercise's); [`world`] the chain around the relay and the lab's client's calls into it;
@@ -55,7 +56,7 @@ use crate::lab_side::{Reached, STAGING_LIMIT};
 use crate::payment::{Intent, charged, must_be_charged};
 use crate::verdict::{ChargeRow, Line, Sent};
 use recorder::{Attempt, Canned, HoldEnd, Mode, Recorder};
-use world::{Paid, Relay, pay_relay};
+use world::{Paid, Relay, Watched, pay_relay};
 
 pub static EXERCISE: Exercise = Exercise {
     name: "relay",
@@ -578,6 +579,11 @@ async fn deadline(w: &mut Relay) -> Judged {
         w.attempts(&intent, started);
         return fail(broke("never_answered").arg("seconds", patience.as_secs()));
     }
+    w.watched.push(Watched {
+        order: intent.order.clone(),
+        key: "pay-70".into(),
+        answered: paid.at,
+    });
     if took > promised + DEADLINE_SLACK {
         w.attempts(&intent, started);
         return fail(
@@ -596,7 +602,32 @@ async fn deadline(w: &mut Relay) -> Judged {
     if before.len() > MOST_ATTEMPTS {
         return fail(broke("too_many").arg("count", before.len()));
     }
-    nothing_after(&attempts, paid.at, "pay-70")
+    nothing_after(&attempts, paid.at, "pay-70")?;
+    nothing_after_any(w)
+}
+
+/// No attempt came after its answer for any payment the lab has watched so far in this run
+/// (`deadline`'s and `backoff`'s; see [`world::Watched`]), told for the first that had one. A
+/// relay that resends behind the client's back may be busy with an earlier check's payments
+/// when the check that watches comes: it is caught on those, so the verdict does not depend on
+/// which checks ran before (`watch` runs the failing ones first, `verify` shuffles them).
+fn nothing_after_any(w: &mut Relay) -> Judged {
+    let now = Instant::now();
+    for watched in w.watched.clone() {
+        let attempts = w.recorder.attempts(&watched.order);
+        let judged = nothing_after(&attempts, watched.answered, &watched.key);
+        if judged.is_err() {
+            let (_, after) = split_at_answer(&attempts, watched.answered);
+            w.step(
+                Msg::new("step.earlier_payment")
+                    .arg("key", &watched.key)
+                    .arg("ago", now.saturating_duration_since(watched.answered))
+                    .arg("count", after.len()),
+            );
+            return judged;
+        }
+    }
+    Ok(())
 }
 
 /// One payment of `backoff`: its intent and key, when it was sent, the relay's answer.
@@ -714,6 +745,13 @@ async fn backoff(w: &mut Relay) -> Judged {
             }
             .into());
         };
+        if payment.paid.sent.status.is_some() {
+            w.watched.push(Watched {
+                order: payment.intent.order.clone(),
+                key: payment.key.clone(),
+                answered: payment.paid.at,
+            });
+        }
         let attempts = w.recorder.attempts(&payment.intent.order);
         match judge_refused(&payment, &attempts) {
             Ok(pauses) => sequences.push(pauses),
@@ -751,6 +789,7 @@ async fn backoff(w: &mut Relay) -> Judged {
             return Err(stop);
         }
     }
+    nothing_after_any(w)?;
     pauses_judged(&reading)
 }
 

@@ -584,7 +584,7 @@ fn tell_order(words: &Words, exercise: &Exercise, seed: u64, say: &mut dyn FnMut
     if !order.is_empty() {
         say(format!(
             "      {}",
-            words.common(Msg::new("verify.order").arg("order", order.join(", ")))
+            words.common(Msg::new("verify.order").arg("order", order.join(",")))
         ));
     }
 }

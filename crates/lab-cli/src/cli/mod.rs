@@ -246,6 +246,10 @@ pub enum ExerciseCommand {
         /// How many times the exploring checks repeat (the bursts)
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeat: u32,
+        /// Run these checks first, in this order, then the rest in the exercise's order (the
+        /// order `watch` or `verify` ran them in, replayed)
+        #[arg(long, value_name = "CHECK,...", value_delimiter = ',')]
+        first: Vec<String>,
         /// Under a check that did not pass, draw its calls as lanes (one per client, one for
         /// the service)
         #[arg(long)]

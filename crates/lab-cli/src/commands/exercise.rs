@@ -95,12 +95,14 @@ pub async fn exercise_command(
             only,
             seed,
             repeat,
+            first,
             diagram,
             class,
         } => {
             words.diagram = *diagram;
             let exercise = find(name)?;
             exercise.known_checks(only).map_err(failure)?;
+            exercise.known_checks(first).map_err(failure)?;
             let subject = match target {
                 Some(url) => Subject::Target { url: url.clone() },
                 None => program(exercise, dir.clone().unwrap_or_else(|| default_dir(name)))?,
@@ -115,7 +117,7 @@ pub async fn exercise_command(
                 seed: seed.unwrap_or_else(clock_seed),
                 repeat: *repeat,
                 guest_env: Vec::new(),
-                first: Vec::new(),
+                first: first.clone(),
             };
             let output = match (junit, options.format) {
                 (true, _) => Output::Junit,

@@ -10,7 +10,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_code, lab, shared_tempdir, stderr, stdout};
+use common::{assert_code, lab, repo, shared_tempdir, stderr, stdout};
 
 #[test]
 fn the_payments_exercises_are_listed_after_lesson_6s() {
@@ -291,6 +291,51 @@ fn a_relay_that_retries_refusals_and_never_waits_longer_is_caught() {
         "{said}"
     );
     assert!(said.contains("the pauses do not grow"), "{said}");
+}
+
+/// A relay that resends behind the client's back, one payment at a time from a queue: after
+/// `backoff` it is busy with `backoff`'s payments for a minute, and `deadline`'s own comes down
+/// again only after the lab has stopped watching it. `deadline` still fails, on `backoff`'s
+/// payments (still watched), so the verdict does not depend on which check ran first (`watch`
+/// runs the failing ones first).
+#[test]
+#[ignore = "needs LAB_EXERCISE_VENV (the lesson's Python stack); .ci/run sets it"]
+fn a_relay_that_resends_after_its_answer_fails_deadline_whatever_ran_before() {
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("reconciles");
+    std::fs::create_dir(&dir).unwrap();
+    let design = repo().join("exercises/relay/designs/reconciles-after-answer");
+    for file in ["app.py", "lab-exercise.toml"] {
+        std::fs::copy(design.join(file), dir.join(file)).unwrap();
+    }
+    std::os::unix::fs::symlink(venv(), dir.join(".venv")).unwrap();
+    let out = lab(&[
+        "exercise",
+        "check",
+        "relay",
+        dir.to_str().unwrap(),
+        "--only",
+        "deadline",
+        "--only",
+        "backoff",
+        "--first",
+        "backoff,deadline",
+    ])
+    .env("TMPDIR", tmp.path())
+    .output()
+    .unwrap();
+    let said = stdout(&out);
+    assert_code(&out, 1);
+    let backoff = said.find("fail    backoff").expect("backoff fails");
+    let deadline = said.find("fail    deadline").expect("deadline fails");
+    assert!(backoff < deadline, "backoff ran first: {said}");
+    let deadline_said = &said[deadline..];
+    assert!(
+        deadline_said.contains("an earlier payment of this run")
+            && deadline_said.contains("down after it had answered the client"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -32,6 +32,19 @@ pub struct Relay {
     pub(super) down: faultproxy::Proxy,
     /// The one deadline the manifest promises.
     pub(super) deadline: Duration,
+    /// The payments the lab has watched for attempts after their answer (`deadline`'s and
+    /// `backoff`'s), in the order they were answered: they stay watched for the rest of the run
+    /// (see [`super::nothing_after_any`]).
+    pub(super) watched: Vec<Watched>,
+}
+
+/// A payment the relay answered, watched for attempts after that answer: its order, the key the
+/// lab's client sent, and when the answer came.
+#[derive(Clone, Debug)]
+pub(super) struct Watched {
+    pub(super) order: String,
+    pub(super) key: String,
+    pub(super) answered: Instant,
 }
 
 /// The exercise's `open`: the relay's world on the caller's servers (its own key prefix on
@@ -112,6 +125,7 @@ impl Relay {
             inbound,
             down,
             deadline,
+            watched: Vec::new(),
         }))
     }
 
