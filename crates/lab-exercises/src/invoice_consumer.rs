@@ -384,6 +384,26 @@ impl InvoiceConsumer {
         }
     }
 
+    /// Waits, at most [`MOVE_ON_LIMIT`], until consumer `who` reads the stream again after the
+    /// last ack it sent: it is done with what it acked. A consumer that acks before it sends
+    /// has then sent too, so a second email it owes is counted, not missed. (Without this the
+    /// lab read the mailer between a starter's ack of a redelivered job and its send of it, saw
+    /// one email, and passed `redelivered`.) A consumer whose ack the door did not see (one
+    /// inside a script) is not waited for.
+    async fn wait_moved_on(&self, who: &str) {
+        let door = self.door(who);
+        door.wait(MOVE_ON_LIMIT, |log| {
+            let Some(last_ack) = log.sent.iter().rposition(Command::acks) else {
+                return Some(());
+            };
+            log.sent[last_ack..]
+                .iter()
+                .any(Command::reads_stream)
+                .then_some(())
+        })
+        .await;
+    }
+
     /// Entry `id` while it is pending; `None` once it is not (acked).
     async fn pending_entry(&mut self, id: &str) -> Result<Option<Pending>, ExerciseError> {
         Ok(self.pending().await?.into_iter().find(|p| p.id == id))
@@ -571,6 +591,7 @@ async fn one_email_check(w: &mut InvoiceConsumer) -> Judged {
     let job = Job::new(1, 1);
     let id = w.publish(&job).await?;
     let acked = w.wait_acked(&[&id]).await?;
+    w.wait_moved_on("A").await;
     w.wait_emails(&job, 1).await?;
     let emails = w.emails(&job).await?;
     one_email(&emails)?;
@@ -719,6 +740,7 @@ async fn redelivered(w: &mut InvoiceConsumer) -> Judged {
     let first = w.publish(&job).await?;
     let second = w.publish(&again).await?;
     let acked = w.wait_acked(&[&first, &second]).await?;
+    w.wait_moved_on("A").await;
     w.wait_emails(&job, 1).await?;
     let emails = w.emails(&job).await?;
     let judged = one_email(&emails);
@@ -740,6 +762,7 @@ async fn new_version(w: &mut InvoiceConsumer) -> Judged {
     let first = w.publish(&v1).await?;
     let second = w.publish(&v2).await?;
     let acked = w.wait_acked(&[&first, &second]).await?;
+    w.wait_moved_on("A").await;
     w.wait_emails(&v1, 1).await?;
     w.wait_emails(&v2, 1).await?;
     let one = w.emails(&v1).await?;
@@ -841,6 +864,8 @@ async fn in_progress_duplicate(w: &mut InvoiceConsumer) -> Judged {
     hold.release();
     meanwhile?;
     let acked = w.wait_acked(&[&first, &second]).await?;
+    w.wait_moved_on("A").await;
+    w.wait_moved_on("B").await;
     let emails = w.emails(&job).await?;
     one_email(&emails)?;
     if !acked {
