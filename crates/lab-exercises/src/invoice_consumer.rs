@@ -396,10 +396,7 @@ impl InvoiceConsumer {
             let Some(last_ack) = log.sent.iter().rposition(Command::acks) else {
                 return Some(());
             };
-            log.sent[last_ack..]
-                .iter()
-                .any(Command::reads_stream)
-                .then_some(())
+            log.read_stream_since(last_ack).then_some(())
         })
         .await;
     }
@@ -964,10 +961,7 @@ async fn ack_after_send(w: &mut InvoiceConsumer) -> Judged {
             let moved = w
                 .door("A")
                 .wait(Duration::ZERO, |log| {
-                    log.sent[moved_on..]
-                        .iter()
-                        .any(Command::reads_stream)
-                        .then_some(())
+                    log.read_stream_since(moved_on).then_some(())
                 })
                 .await
                 .is_some();

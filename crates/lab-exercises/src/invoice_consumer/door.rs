@@ -66,6 +66,16 @@ pub(super) struct Log {
     pub held: Vec<Command>,
 }
 
+impl Log {
+    /// Whether a command sent at or after position `from` read the stream: the consumer moved
+    /// on to its next entries after that moment.
+    pub fn read_stream_since(&self, from: usize) -> bool {
+        self.sent
+            .get(from..)
+            .is_some_and(|later| later.iter().any(Command::reads_stream))
+    }
+}
+
 struct Shared {
     upstream: String,
     log: Mutex<Log>,
