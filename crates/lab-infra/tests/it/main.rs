@@ -2,12 +2,14 @@
 //! them (each file under `tests/` was a binary of its own, linked apart). One module per
 //! former binary; run one with `cargo test -p lab-infra --test it MODULE::`.
 //!
-//! Two tests keep a binary of their own, `tests/cancel.rs` and `tests/template.rs`: each points
-//! `TMPDIR` (and the cache) at a private folder, which is process-wide, and then asserts that
-//! nothing but its own servers' folders are there.
+//! `cancel` and `template` point `TMPDIR` (and the cache) at private folders, which is
+//! process-wide: each runs in a child process of its own ([`alone`]), beside the others.
 
+mod alone;
 mod common;
 
+mod cancel;
 mod parent_death;
 mod pool;
 mod servers;
+mod template;

@@ -3,10 +3,11 @@
 //! template under way and no temporary directory, and no half-built template in the cache;
 //! and a finished start, shut down or just dropped, leaves nothing either.
 //!
-//! One test in its own binary: it points `TMPDIR` at a private directory, which is process-wide.
+//! It points `TMPDIR` at a private directory, which is process-wide: the test runs in a process
+//! of its own ([`crate::alone`]).
 
-#[path = "it/common/mod.rs"]
-mod common;
+use crate::alone::{is_child, run_alone};
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;
@@ -41,11 +42,31 @@ fn copy_under_way(tmp: &Path) -> bool {
 #[test]
 fn a_dropped_start_leaves_nothing() {
     let tmp = shared_tempdir();
-    // Made before `TMPDIR` points at `tmp`, where nothing but the servers' directories may be.
+    // Made outside `tmp`, where nothing but the servers' directories may be.
     let cache = tempfile::tempdir().unwrap();
-    // SAFETY: set before any other thread of this test binary exists (the only test here, and
-    // the runtime is built below), so nothing reads the environment concurrently.
-    unsafe { std::env::set_var("TMPDIR", tmp.path()) };
+    run_alone(
+        "cancel::in_a_process_of_its_own",
+        [
+            ("TMPDIR", tmp.path().as_os_str()),
+            (CACHE, cache.path().as_os_str()),
+        ],
+    );
+}
+
+/// Where the child finds the private cache (not `LAB_CACHE_DIR`: the options name it).
+const CACHE: &str = "LAB_INFRA_CANCEL_CACHE";
+
+/// The test itself, in the child process of the one above, whose `TMPDIR` is a private folder.
+#[test]
+#[ignore = "run in a process of its own by a_dropped_start_leaves_nothing"]
+fn in_a_process_of_its_own() {
+    if !is_child() {
+        return;
+    }
+    let tmp = std::env::temp_dir();
+    let tmp = tmp.as_path();
+    let cache = std::path::PathBuf::from(std::env::var_os(CACHE).unwrap());
+    let cache = cache.as_path();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -53,7 +74,7 @@ fn a_dropped_start_leaves_nothing() {
         .unwrap();
     // A private cache, empty: the first starts run initdb, the later ones copy the template.
     let options = ServerOptions {
-        pg_template: TemplatePlace::In(cache.path().to_path_buf()),
+        pg_template: TemplatePlace::In(cache.to_path_buf()),
         ..ServerOptions::default()
     };
 
@@ -70,13 +91,13 @@ fn a_dropped_start_leaves_nothing() {
                 started = &mut start => Some(started),
                 _ = tokio::time::sleep(Duration::from_millis(ms)) => None,
             };
-            running_at_drop.extend(processes_in(tmp.path()));
+            running_at_drop.extend(processes_in(tmp));
             drop(start);
             if let Some(servers) = started {
                 servers.unwrap().shutdown().await;
             }
-            assert_nothing_left(tmp.path(), &format!("start dropped after {ms} ms"));
-            only_templates(cache.path(), &format!("start dropped after {ms} ms"));
+            assert_nothing_left(tmp, &format!("start dropped after {ms} ms"));
+            only_templates(cache, &format!("start dropped after {ms} ms"));
         }
         assert!(
             running_at_drop.iter().any(|p| p.contains("initdb")),
@@ -89,9 +110,9 @@ fn a_dropped_start_leaves_nothing() {
             .expect("a start left to finish")
             .shutdown()
             .await;
-        assert_nothing_left(tmp.path(), "after a start that finished");
+        assert_nothing_left(tmp, "after a start that finished");
         assert_eq!(
-            only_templates(cache.path(), "after the starts that finished"),
+            only_templates(cache, "after the starts that finished"),
             1,
             "no template was made"
         );
@@ -105,13 +126,13 @@ fn a_dropped_start_leaves_nothing() {
                 started = &mut start => Some(started),
                 _ = tokio::time::sleep(Duration::from_millis(ms)) => None,
             };
-            copies_hit += usize::from(copy_under_way(tmp.path()));
+            copies_hit += usize::from(copy_under_way(tmp));
             drop(start);
             if let Some(servers) = started {
                 servers.unwrap().shutdown().await;
             }
-            assert_nothing_left(tmp.path(), &format!("copy dropped after {ms} ms"));
-            assert_eq!(only_templates(cache.path(), "after a dropped copy"), 1);
+            assert_nothing_left(tmp, &format!("copy dropped after {ms} ms"));
+            assert_eq!(only_templates(cache, "after a dropped copy"), 1);
         }
         assert!(
             copies_hit > 0,
@@ -129,24 +150,24 @@ fn a_dropped_start_leaves_nothing() {
                 Ok(servers) => servers.unwrap().shutdown().await,
                 Err(e) => assert!(e.is_cancelled()),
             }
-            assert_nothing_left(tmp.path(), &format!("start aborted after {ms} ms"));
-            only_templates(cache.path(), &format!("start aborted after {ms} ms"));
+            assert_nothing_left(tmp, &format!("start aborted after {ms} ms"));
+            only_templates(cache, &format!("start aborted after {ms} ms"));
         }
 
         // Started and dropped instead of shut down: `Drop` stops and removes everything too.
         let servers = Servers::start(&options, Needs::BOTH).await.unwrap();
         assert_eq!(servers.throwaway_pids().len(), 2);
         assert!(
-            entries(tmp.path()).iter().any(|e| e.starts_with("lab-pg-")),
+            entries(tmp).iter().any(|e| e.starts_with("lab-pg-")),
             "the servers are not in the private TMPDIR: {:?}",
-            entries(tmp.path())
+            entries(tmp)
         );
         drop(servers);
-        assert_nothing_left(tmp.path(), "servers dropped");
+        assert_nothing_left(tmp, "servers dropped");
 
         // The normal way out.
         let servers = Servers::start(&options, Needs::BOTH).await.unwrap();
         servers.shutdown().await;
-        assert_nothing_left(tmp.path(), "servers shut down");
+        assert_nothing_left(tmp, "servers shut down");
     });
 }

@@ -3,12 +3,13 @@
 //! its copy does not start, left alone when off, skipped when the cache cannot be written, and
 //! found through `LAB_CACHE_DIR`. Every start is shut down, leaving nothing in `TMPDIR`.
 //!
-//! One test in its own binary: it points `TMPDIR` and `LAB_CACHE_DIR` at private directories,
-//! which is process-wide.
+//! It points `TMPDIR` and `LAB_CACHE_DIR` at private directories, which is process-wide: the
+//! test runs in a process of its own ([`crate::alone`]).
 
-#[path = "it/common/mod.rs"]
-mod common;
+use crate::alone::{is_child, run_alone};
+use crate::common;
 
+use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -68,14 +69,29 @@ async fn start_once(options: &ServerOptions, tmp: &Path) -> (Cluster, bool) {
 fn the_template_is_made_once_reused_and_rebuilt_when_broken() {
     let tmp = shared_tempdir();
     let caches = tempfile::tempdir().unwrap();
-    let from_env = caches.path().join("from-env");
-    // SAFETY: set before any other thread of this test binary exists (the only test here, and
-    // the runtime is built below), so nothing reads the environment concurrently.
-    unsafe {
-        std::env::set_var("TMPDIR", tmp.path());
-        std::env::set_var("LAB_CACHE_DIR", &from_env);
-        std::env::remove_var("LAB_NO_TEMPLATE");
+    run_alone(
+        "template::in_a_process_of_its_own",
+        [
+            ("TMPDIR", tmp.path().as_os_str()),
+            ("LAB_CACHE_DIR", caches.path().join("from-env").as_os_str()),
+            // Empty counts as unset: the default options keep a template.
+            ("LAB_NO_TEMPLATE", OsStr::new("")),
+        ],
+    );
+}
+
+/// The test itself, in the child process of the one above: `TMPDIR` and `LAB_CACHE_DIR` are
+/// private folders there (`from-env`, inside the folder of the other caches).
+#[test]
+#[ignore = "run in a process of its own by the_template_is_made_once_reused_and_rebuilt_when_broken"]
+fn in_a_process_of_its_own() {
+    if !is_child() {
+        return;
     }
+    let tmp = std::env::temp_dir();
+    let tmp = tmp.as_path();
+    let from_env = PathBuf::from(std::env::var_os("LAB_CACHE_DIR").unwrap());
+    let caches = from_env.parent().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -84,7 +100,7 @@ fn the_template_is_made_once_reused_and_rebuilt_when_broken() {
 
     runtime.block_on(async {
         // Two starts at once on an empty cache: both succeed, and one template is left.
-        let cache = caches.path().join("race");
+        let cache = caches.join("race");
         let options = in_cache(&cache);
         let (first, second) = tokio::join!(
             Servers::start(&options, Needs::POSTGRES),
@@ -100,7 +116,7 @@ fn the_template_is_made_once_reused_and_rebuilt_when_broken() {
             assert_eq!(one, 1);
         }
         tokio::join!(first.shutdown(), second.shutdown());
-        assert_nothing_left(tmp.path(), "two starts at once");
+        assert_nothing_left(tmp, "two starts at once");
         let made = templates(&cache);
         assert_eq!(made.len(), 1, "one template: {made:?}");
         let template = made[0].clone();
@@ -108,7 +124,7 @@ fn the_template_is_made_once_reused_and_rebuilt_when_broken() {
 
         // The next start copies it: no initdb.
         assert_eq!(
-            start_once(&options, tmp.path()).await,
+            start_once(&options, tmp).await,
             (Cluster::Template, false)
         );
         assert_eq!(templates(&cache), std::slice::from_ref(&template));
@@ -116,14 +132,14 @@ fn the_template_is_made_once_reused_and_rebuilt_when_broken() {
         // A file deleted from the template: noticed, the template is rebuilt by initdb...
         fs::remove_file(template.join("PG_VERSION")).unwrap();
         assert_eq!(
-            start_once(&options, tmp.path()).await,
+            start_once(&options, tmp).await,
             (Cluster::Initdb, true)
         );
         assert_eq!(templates(&cache), std::slice::from_ref(&template));
         assert!(template.join("PG_VERSION").is_file(), "rebuilt whole");
         // ...and used again.
         assert_eq!(
-            start_once(&options, tmp.path()).await,
+            start_once(&options, tmp).await,
             (Cluster::Template, false)
         );
 
@@ -133,11 +149,11 @@ fn the_template_is_made_once_reused_and_rebuilt_when_broken() {
         let size = fs::metadata(&control).unwrap().len();
         fs::write(&control, vec![0u8; size as usize]).unwrap();
         assert_eq!(
-            start_once(&options, tmp.path()).await,
+            start_once(&options, tmp).await,
             (Cluster::Initdb, true)
         );
         assert_eq!(
-            start_once(&options, tmp.path()).await,
+            start_once(&options, tmp).await,
             (Cluster::Template, false)
         );
         assert_eq!(templates(&cache), std::slice::from_ref(&template));
@@ -148,27 +164,27 @@ fn the_template_is_made_once_reused_and_rebuilt_when_broken() {
             ..ServerOptions::default()
         };
         let before = fs::metadata(&template).unwrap().modified().unwrap();
-        assert_eq!(start_once(&off, tmp.path()).await, (Cluster::Initdb, true));
+        assert_eq!(start_once(&off, tmp).await, (Cluster::Initdb, true));
         assert_eq!(templates(&cache), std::slice::from_ref(&template));
         assert_eq!(fs::metadata(&template).unwrap().modified().unwrap(), before);
 
         // A cache that cannot be made (under a file, so even root cannot): initdb, no error.
-        let file = caches.path().join("a-file");
+        let file = caches.join("a-file");
         fs::write(&file, "").unwrap();
         assert_eq!(
-            start_once(&in_cache(&file.join("cache")), tmp.path()).await,
+            start_once(&in_cache(&file.join("cache")), tmp).await,
             (Cluster::Initdb, true)
         );
 
         // The default options find the cache through LAB_CACHE_DIR.
         assert!(!from_env.exists());
         assert_eq!(
-            start_once(&ServerOptions::default(), tmp.path()).await,
+            start_once(&ServerOptions::default(), tmp).await,
             (Cluster::Initdb, true)
         );
         assert_eq!(templates(&from_env).len(), 1);
         assert_eq!(
-            start_once(&ServerOptions::default(), tmp.path()).await,
+            start_once(&ServerOptions::default(), tmp).await,
             (Cluster::Template, false)
         );
     });
