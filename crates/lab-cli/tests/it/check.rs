@@ -36,10 +36,17 @@ fn an_edited_expected_narrative_or_fact_is_drift_with_a_diff() {
     .unwrap();
 
     // The two edited scenarios and one left alone (the repository's check runs them all).
-    let out = lab(&["check", "duplicate", "idempotent", "keys", "--color", "never"])
-        .env("LAB_SCENARIOS_DIR", dir.path())
-        .output()
-        .unwrap();
+    let out = lab(&[
+        "check",
+        "duplicate",
+        "idempotent",
+        "keys",
+        "--color",
+        "never",
+    ])
+    .env("LAB_SCENARIOS_DIR", dir.path())
+    .output()
+    .unwrap();
     assert_code(&out, 1);
     let report = stdout(&out);
     assert!(

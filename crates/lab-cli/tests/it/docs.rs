@@ -14,30 +14,41 @@ use std::sync::OnceLock;
 
 use common::{assert_code, catalogue, repo, run, stderr};
 
-/// `lab run all --artifacts DIR --lang LANG`, once per language for every test of this file.
+/// `lab run all --artifacts DIR --lang LANG` for both languages, once for every test of this
+/// file, the two runs at once (each mostly waits on real leases).
 fn artifacts(lang: &str) -> &'static Path {
-    static EN: OnceLock<tempfile::TempDir> = OnceLock::new();
-    static RU: OnceLock<tempfile::TempDir> = OnceLock::new();
-    let cell = if lang == "en" { &EN } else { &RU };
-    cell.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let out = run(&[
-            "run",
-            "all",
-            "--lang",
-            lang,
-            "--artifacts",
-            dir.path().to_str().unwrap(),
-        ]);
-        assert_code(&out, 0);
-        assert!(
-            dir.path().read_dir().unwrap().next().is_some(),
-            "no artifacts: {}",
-            stderr(&out)
-        );
-        dir
-    })
-    .path()
+    static BOTH: OnceLock<[(String, tempfile::TempDir); 2]> = OnceLock::new();
+    let both = BOTH.get_or_init(|| {
+        let runs = ["en", "ru"].map(|lang| std::thread::spawn(move || (lang, artifacts_in(lang))));
+        runs.map(|run| {
+            let (lang, dir) = run.join().unwrap();
+            (lang.to_string(), dir)
+        })
+    });
+    both.iter()
+        .find(|(l, _)| l == lang)
+        .map(|(_, dir)| dir.path())
+        .unwrap()
+}
+
+/// One language's `lab run all --artifacts DIR`.
+fn artifacts_in(lang: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "run",
+        "all",
+        "--lang",
+        lang,
+        "--artifacts",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_code(&out, 0);
+    assert!(
+        dir.path().read_dir().unwrap().next().is_some(),
+        "no artifacts: {}",
+        stderr(&out)
+    );
+    dir
 }
 
 #[test]

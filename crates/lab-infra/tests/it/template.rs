@@ -123,39 +123,24 @@ fn in_a_process_of_its_own() {
         assert!(template.join("PG_VERSION").is_file());
 
         // The next start copies it: no initdb.
-        assert_eq!(
-            start_once(&options, tmp).await,
-            (Cluster::Template, false)
-        );
+        assert_eq!(start_once(&options, tmp).await, (Cluster::Template, false));
         assert_eq!(templates(&cache), std::slice::from_ref(&template));
 
         // A file deleted from the template: noticed, the template is rebuilt by initdb...
         fs::remove_file(template.join("PG_VERSION")).unwrap();
-        assert_eq!(
-            start_once(&options, tmp).await,
-            (Cluster::Initdb, true)
-        );
+        assert_eq!(start_once(&options, tmp).await, (Cluster::Initdb, true));
         assert_eq!(templates(&cache), std::slice::from_ref(&template));
         assert!(template.join("PG_VERSION").is_file(), "rebuilt whole");
         // ...and used again.
-        assert_eq!(
-            start_once(&options, tmp).await,
-            (Cluster::Template, false)
-        );
+        assert_eq!(start_once(&options, tmp).await, (Cluster::Template, false));
 
         // A template that passes the checks but whose copy does not start (its control file
         // zeroed, same size): thrown away and rebuilt.
         let control = template.join("global/pg_control");
         let size = fs::metadata(&control).unwrap().len();
         fs::write(&control, vec![0u8; size as usize]).unwrap();
-        assert_eq!(
-            start_once(&options, tmp).await,
-            (Cluster::Initdb, true)
-        );
-        assert_eq!(
-            start_once(&options, tmp).await,
-            (Cluster::Template, false)
-        );
+        assert_eq!(start_once(&options, tmp).await, (Cluster::Initdb, true));
+        assert_eq!(start_once(&options, tmp).await, (Cluster::Template, false));
         assert_eq!(templates(&cache), std::slice::from_ref(&template));
 
         // Templates off: initdb, and the cache is not touched.
