@@ -133,6 +133,14 @@ struct Unit<'a> {
     design: Option<Design>,
 }
 
+/// One check of one project with one seed: what `verify` schedules. A project's seeds are
+/// checked at once like any two projects (each check has a run space and ports of its own; the
+/// project's folder is only read), so a starter's five seeds do not wait for each other.
+struct Job {
+    unit: usize,
+    seed: u64,
+}
+
 /// Runs `plan` on `servers` in `scratch`, telling each line to `say`: the projects are checked
 /// `plan.jobs` at a time, the Python ones first, and each one's lines are told together.
 pub async fn verify(
@@ -206,6 +214,19 @@ pub async fn verify(
     // that is built. Had a build held the shared target folder then, the program's `cargo run`
     // would wait for the folder's lock and might miss its start's deadline.
     units.sort_by_key(|unit| unit.project.lang == "rust");
+    let mut jobs = Vec::new();
+    for (index, unit) in units.iter().enumerate() {
+        let seeds = match unit.design {
+            None => plan.seeds,
+            Some(_) => plan.design_seeds,
+        };
+        jobs.extend((1..=u64::from(seeds)).map(|seed| Job { unit: index, seed }));
+    }
+    // Each project's folder gets what its checks read (its venv) before any of them starts.
+    let programs = units
+        .iter()
+        .map(|unit| unit.project.program(plan))
+        .collect::<Result<Vec<Program>, ExerciseError>>()?;
     let (built, is_built) = tokio::sync::watch::channel(false);
     let builds = async {
         // The solutions and the designs first; then the starters, in a target folder seeded
@@ -227,30 +248,28 @@ pub async fn verify(
         }
         let _ = built.send(true);
     };
-    // The units run `plan.jobs` at a time, each slot taking the next unit as soon as its own
-    // is done (a quick design does not wait for a slow one beside it); their lines are told in
+    // The jobs run `plan.jobs` at a time, each slot taking the next job as soon as its own is
+    // done (a quick design does not wait for a slow one beside it); their lines are told in
     // this order all the same.
-    let mut results = stream::iter(0..units.len())
+    let mut results = stream::iter(0..jobs.len())
         .map(|index| {
-            let unit = &units[index];
+            let Job { unit, seed } = jobs[index];
+            let (unit, program) = (&units[unit], &programs[unit]);
             let mut is_built = is_built.clone();
             async move {
                 if unit.project.lang == "rust" {
                     let _ = is_built.wait_for(|built| *built).await;
                 }
                 let mut lines = Vec::new();
+                let mut say = |line| lines.push(line);
                 let tally = match &unit.design {
                     None => {
-                        verify_project(servers, words, &unit.project, plan.seeds, plan, &mut |l| {
-                            lines.push(l)
-                        })
-                        .await
+                        verify_project(servers, words, &unit.project, program, seed, &mut say).await
                     }
                     Some(design) => {
-                        verify_design(servers, words, &unit.project, design, plan, &mut |l| {
-                            lines.push(l)
-                        })
-                        .await
+                        let project = &unit.project;
+                        verify_design(servers, words, project, program, design, seed, &mut say)
+                            .await
                     }
                 };
                 (index, tally, lines)
@@ -475,89 +494,91 @@ impl Project<'_> {
     }
 }
 
-/// A starter or a solution, over `seeds` seeds.
+/// A starter or a solution, with one seed (and, with seed 1, its manifest).
 async fn verify_project(
     servers: &Servers,
     words: &Words,
     project: &Project<'_>,
-    seeds: u32,
-    plan: &Plan,
+    program: &Program,
+    seed: u64,
     say: &mut dyn FnMut(String),
 ) -> Result<Tally, ExerciseError> {
-    let program = project.program(plan)?;
-    let mut tally = Tally::default();
-    if program.manifest.exercise != project.exercise.name || program.manifest.lang != project.lang {
+    let mut tally = Tally {
+        disagreements: 0,
+        runs: 1,
+    };
+    if seed == 1
+        && (program.manifest.exercise != project.exercise.name
+            || program.manifest.lang != project.lang)
+    {
         tally.disagreements += 1;
         say(format!(
             "  {}",
             words.common(project.said("verify.manifest"))
         ));
     }
-    for seed in 1..=u64::from(seeds) {
-        tally.runs += 1;
-        let Some(reports) = project.check(servers, words, &program, seed, say).await? else {
-            tally.disagreements += 1;
-            continue;
-        };
-        let mut bad = 0;
-        for report in &reports {
-            let spec = project.exercise.check(report.name).expect("a check it has");
-            let expected = if project.side == Side::Starter && spec.starter_fails {
-                VerdictKind::Fail
-            } else {
-                VerdictKind::Pass
-            };
-            bad += judge_one(words, project, seed, report, expected, None, say);
-        }
-        tally.disagreements += bad;
-        if bad == 0 {
-            say(format!(
-                "  {}",
-                words.common(project.said("verify.ok").arg("seed", seed))
-            ));
+    let Some(reports) = project.check(servers, words, program, seed, say).await? else {
+        tally.disagreements += 1;
+        return Ok(tally);
+    };
+    let mut bad = 0;
+    for report in &reports {
+        let spec = project.exercise.check(report.name).expect("a check it has");
+        let expected = if project.side == Side::Starter && spec.starter_fails {
+            VerdictKind::Fail
         } else {
-            tell_order(words, project.exercise, seed, say);
-        }
+            VerdictKind::Pass
+        };
+        bad += judge_one(words, project, seed, report, expected, None, say);
+    }
+    tally.disagreements += bad;
+    if bad == 0 {
+        say(format!(
+            "  {}",
+            words.common(project.said("verify.ok").arg("seed", seed))
+        ));
+    } else {
+        tell_order(words, project.exercise, seed, say);
     }
     Ok(tally)
 }
 
-/// A design, over the plan's design seeds: the verdicts its `expect.toml` names.
+/// A design, with one seed: the verdicts its `expect.toml` names.
 async fn verify_design(
     servers: &Servers,
     words: &Words,
     project: &Project<'_>,
+    program: &Program,
     design: &Design,
-    plan: &Plan,
+    seed: u64,
     say: &mut dyn FnMut(String),
 ) -> Result<Tally, ExerciseError> {
-    let program = project.program(plan)?;
-    let mut tally = Tally::default();
-    for seed in 1..=u64::from(plan.design_seeds) {
-        tally.runs += 1;
-        let Some(reports) = project.check(servers, words, &program, seed, say).await? else {
-            tally.disagreements += 1;
-            continue;
-        };
-        let mut bad = 0;
-        for report in &reports {
-            let cause = design.expect.fails.get(report.name);
-            let expected = if cause.is_some() {
-                VerdictKind::Fail
-            } else {
-                VerdictKind::Pass
-            };
-            bad += judge_one(words, project, seed, report, expected, cause, say);
-        }
-        tally.disagreements += bad;
-        if bad == 0 {
-            say(format!(
-                "  {}",
-                words.common(project.said("verify.ok").arg("seed", seed))
-            ));
+    let mut tally = Tally {
+        disagreements: 0,
+        runs: 1,
+    };
+    let Some(reports) = project.check(servers, words, program, seed, say).await? else {
+        tally.disagreements += 1;
+        return Ok(tally);
+    };
+    let mut bad = 0;
+    for report in &reports {
+        let cause = design.expect.fails.get(report.name);
+        let expected = if cause.is_some() {
+            VerdictKind::Fail
         } else {
-            tell_order(words, project.exercise, seed, say);
-        }
+            VerdictKind::Pass
+        };
+        bad += judge_one(words, project, seed, report, expected, cause, say);
+    }
+    tally.disagreements += bad;
+    if bad == 0 {
+        say(format!(
+            "  {}",
+            words.common(project.said("verify.ok").arg("seed", seed))
+        ));
+    } else {
+        tell_order(words, project.exercise, seed, say);
     }
     Ok(tally)
 }
