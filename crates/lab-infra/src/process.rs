@@ -419,11 +419,49 @@ pub async fn remove_dir(dir: Arc<TempDir>) {
     }
 }
 
-/// A free TCP port on 127.0.0.1. The port is free when this returns; a server that then fails to
-/// bind it (someone else took it in between) is retried by the caller with another port.
+/// A free TCP port on 127.0.0.1, for a program the lab starts and tells its port (a server, a
+/// learner's service). The port is free when this returns; a program that then fails to bind it
+/// (someone else took it in between) is retried by the caller with another port.
+///
+/// It comes from below the kernel's ephemeral range (`ip_local_port_range`), where nobody gets a
+/// port without asking for it by number: every `bind` to port 0 and every outgoing connection
+/// takes its port from that range, so a port handed out there is soon theirs. One of them
+/// broke `lab exercise verify` in CI: a fault proxy, which binds port 0, got a port that a
+/// learner's program had just been told, and held it while disabled with a socket that does
+/// not listen (see `faultproxy`); the program, started then, bound it and listened, and the
+/// proxy could not listen on its own port again. Free means free of every socket: the port is
+/// tried without `SO_REUSEADDR`, which a socket that only holds a port (or a connection ending
+/// in `TIME_WAIT`) would let through. With no room below the range, port 0 decides.
 pub fn free_port() -> io::Result<u16> {
+    let below_ephemeral = PORT_FLOOR..ephemeral_range_start().unwrap_or(EPHEMERAL_START);
+    if below_ephemeral.len() >= 1_000 {
+        // Random: lab calls at once would otherwise try the same ports in the same order.
+        let span = below_ephemeral.len() as u64;
+        for _ in 0..PORT_ATTEMPTS {
+            let offset = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u8);
+            let port = below_ephemeral.start + (offset % span) as u16;
+            let probe = tokio::net::TcpSocket::new_v4()?;
+            if probe.bind(([127, 0, 0, 1], port).into()).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
+}
+
+/// The lowest port [`free_port`] gives: above the ports well-known services use by default
+/// (PostgreSQL's 5432, Redis's 6379, and the like).
+const PORT_FLOOR: u16 = 10_000;
+/// Linux's default start of the ephemeral range, when `/proc` does not say.
+const EPHEMERAL_START: u16 = 32_768;
+/// Ports tried below the ephemeral range before port 0 decides.
+const PORT_ATTEMPTS: usize = 64;
+
+/// Where the kernel's ephemeral ports start (`/proc/sys/net/ipv4/ip_local_port_range`).
+fn ephemeral_range_start() -> Option<u16> {
+    let range = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
 }
 
 /// The last lines of a server's log, to explain a failed start.
@@ -436,6 +474,22 @@ pub async fn log_tail(path: &Path, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ports given out are free, and below the ephemeral range where there is room.
+    #[test]
+    fn a_free_port_is_free_and_below_the_ephemeral_range() {
+        let start = ephemeral_range_start().unwrap_or(EPHEMERAL_START);
+        for _ in 0..50 {
+            let port = free_port().unwrap();
+            if start.saturating_sub(PORT_FLOOR) >= 1_000 {
+                assert!(
+                    (PORT_FLOOR..start).contains(&port),
+                    "{port} (range from {start})"
+                );
+            }
+            std::net::TcpListener::bind(("127.0.0.1", port)).expect("free");
+        }
+    }
 
     /// A family's time is its own and its children's: a child that spent CPU and was waited for
     /// adds its time to the parent's reading (a postmaster's ended backends count the same way).
