@@ -112,7 +112,8 @@ pub struct Plan {
     pub design_seeds: u32,
     /// A venv with the Python exercises' requirements, linked into each Python project.
     pub python_venv: Option<PathBuf>,
-    /// How many projects are checked at once. Each has a run space of its own on the shared
+    /// How many Python projects are checked at once; the Rust ones, once built, beside them,
+    /// half as many (at least one). Each has a run space of its own on the shared
     /// servers, and a check waits far more than it computes (for holds, leases, a program's
     /// start), so a few at a time use a small machine's cores without changing a verdict: the
     /// checks stage their moments from state, never from how fast the machine is.
@@ -209,10 +210,12 @@ pub async fn verify(
             });
         }
     }
-    // The Rust projects are built one after another while the Python ones are checked, and
-    // are checked last, once every build is done: a Rust project's check then starts a program
-    // that is built. Had a build held the shared target folder then, the program's `cargo run`
-    // would wait for the folder's lock and might miss its start's deadline.
+    // The Rust projects are built one after another while the Python ones are checked: the
+    // solutions and the designs in one Cargo target folder, then the starters in another. A
+    // side's checks start once every build in its folder is done (the solutions' while the
+    // starters build): a check starts a program that is built, and no build holds the folder
+    // whose lock the program's `cargo run` takes (waiting for it, the program might miss its
+    // start's deadline).
     units.sort_by_key(|unit| unit.project.lang == "rust");
     let mut jobs = Vec::new();
     for (index, unit) in units.iter().enumerate() {
@@ -227,10 +230,9 @@ pub async fn verify(
         .iter()
         .map(|unit| unit.project.program(plan))
         .collect::<Result<Vec<Program>, ExerciseError>>()?;
-    let (built, is_built) = tokio::sync::watch::channel(false);
+    let (solutions_built, are_solutions_built) = tokio::sync::watch::channel(false);
+    let (starters_built, are_starters_built) = tokio::sync::watch::channel(false);
     let builds = async {
-        // The solutions and the designs first; then the starters, in a target folder seeded
-        // with the solutions' built dependencies (see `seed_starter_target`).
         let rust = |starter: bool| {
             units.iter().filter(move |unit| {
                 unit.project.lang == "rust" && (unit.project.side == Side::Starter) == starter
@@ -239,6 +241,9 @@ pub async fn verify(
         for unit in rust(false) {
             build(&unit.project, plan).await;
         }
+        let _ = solutions_built.send(true);
+        // The starters' folder is seeded with the solutions' built dependencies (see
+        // `seed_starter_target`).
         let starters: Vec<&Project> = rust(true).map(|unit| &unit.project).collect();
         if !starters.is_empty() {
             seed_starter_target(scratch, &starters).await;
@@ -246,36 +251,47 @@ pub async fn verify(
         for project in starters {
             build(project, plan).await;
         }
-        let _ = built.send(true);
+        let _ = starters_built.send(true);
     };
-    // The jobs run `plan.jobs` at a time, each slot taking the next job as soon as its own is
-    // done (a quick design does not wait for a slow one beside it); their lines are told in
-    // this order all the same.
-    let mut results = stream::iter(0..jobs.len())
-        .map(|index| {
-            let Job { unit, seed } = jobs[index];
-            let (unit, program) = (&units[unit], &programs[unit]);
-            let mut is_built = is_built.clone();
-            async move {
-                if unit.project.lang == "rust" {
-                    let _ = is_built.wait_for(|built| *built).await;
-                }
-                let mut lines = Vec::new();
-                let mut say = |line| lines.push(line);
-                let tally = match &unit.design {
-                    None => {
-                        verify_project(servers, words, &unit.project, program, seed, &mut say).await
-                    }
-                    Some(design) => {
-                        let project = &unit.project;
-                        verify_design(servers, words, project, program, design, seed, &mut say)
-                            .await
-                    }
-                };
-                (index, tally, lines)
+    let run_job = |index: usize| {
+        let Job { unit, seed } = jobs[index];
+        let (unit, program) = (&units[unit], &programs[unit]);
+        let mut built = match unit.project.side {
+            Side::Starter => are_starters_built.clone(),
+            _ => are_solutions_built.clone(),
+        };
+        async move {
+            if unit.project.lang == "rust" {
+                let _ = built.wait_for(|built| *built).await;
             }
-        })
+            let mut lines = Vec::new();
+            let mut say = |line| lines.push(line);
+            let tally = match &unit.design {
+                None => {
+                    verify_project(servers, words, &unit.project, program, seed, &mut say).await
+                }
+                Some(design) => {
+                    let project = &unit.project;
+                    verify_design(servers, words, project, program, design, seed, &mut say).await
+                }
+            };
+            (index, tally, lines)
+        }
+    };
+    // The Python jobs run `plan.jobs` at a time, each slot taking the next job as soon as its
+    // own is done (a quick design does not wait for a slow one beside it). The Rust ones run
+    // beside them as their builds are done, half as many at a time (at least one): they mostly
+    // wait on their programs, and would otherwise all wait for the last build and the last
+    // Python job. Their lines are told in the jobs' order all the same.
+    let is_rust = |index: &usize| units[jobs[*index].unit].project.lang == "rust";
+    let (rust_jobs, python_jobs): (Vec<usize>, Vec<usize>) = (0..jobs.len()).partition(is_rust);
+    let python = stream::iter(python_jobs)
+        .map(run_job)
         .buffer_unordered(plan.jobs.max(1));
+    let rust = stream::iter(rust_jobs)
+        .map(run_job)
+        .buffer_unordered((plan.jobs / 2).max(1));
+    let mut results = stream::select(python, rust);
     let mut done = std::collections::BTreeMap::new();
     let mut next = 0;
     let tell = async {

@@ -312,7 +312,8 @@ pub enum ExerciseCommand {
         /// How many seeds each design is checked with [default: --seeds]
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
         design_seeds: Option<u32>,
-        /// How many projects are checked at once (each in a run space of its own)
+        /// How many Python projects are checked at once, each in a run space of its own; the Rust
+        /// ones, once built, beside them, half as many (at least one)
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
         jobs: u8,
         /// A virtual environment with the Python exercises' requirements installed, linked
