@@ -425,11 +425,12 @@ pub async fn remove_dir(dir: Arc<TempDir>) {
 ///
 /// It comes from below the kernel's ephemeral range (`ip_local_port_range`), where nobody gets a
 /// port without asking for it by number: every `bind` to port 0 and every outgoing connection
-/// takes its port from that range, so a port handed out there is soon theirs. One of them
-/// broke `lab exercise verify` in CI: a fault proxy, which binds port 0, got a port that a
-/// learner's program had just been told, and held it while disabled with a socket that does
-/// not listen (see `faultproxy`); the program, started then, bound it and listened, and the
-/// proxy could not listen on its own port again. Free means free of every socket: the port is
+/// takes its port from that range, so a port handed out there is soon theirs. The likely end
+/// of a `lab exercise verify` in CI ("cannot listen on 127.0.0.1:40689", a fault proxy enabled
+/// again): a proxy, which binds port 0, got a port a learner's program had just been told, and
+/// held it while disabled with a socket that does not listen (see `faultproxy`); a program that
+/// binds that port then (with `SO_REUSEADDR`, as servers do) may listen on it, and the proxy
+/// cannot listen on its own port again. Free means free of every socket: the port is
 /// tried without `SO_REUSEADDR`, which a socket that only holds a port (or a connection ending
 /// in `TIME_WAIT`) would let through. With no room below the range, port 0 decides.
 pub fn free_port() -> io::Result<u16> {
