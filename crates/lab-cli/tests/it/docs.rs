@@ -12,43 +12,35 @@ use crate::common;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use common::{assert_code, catalogue, repo, run, stderr};
+use common::{assert_code, catalogue, lab, outputs_at_once, repo, stderr};
 
 /// `lab run all --artifacts DIR --lang LANG` for both languages, once for every test of this
 /// file, the two runs at once (each mostly waits on real leases).
 fn artifacts(lang: &str) -> &'static Path {
-    static BOTH: OnceLock<[(String, tempfile::TempDir); 2]> = OnceLock::new();
+    static BOTH: OnceLock<[(&str, tempfile::TempDir); 2]> = OnceLock::new();
     let both = BOTH.get_or_init(|| {
-        let runs = ["en", "ru"].map(|lang| std::thread::spawn(move || (lang, artifacts_in(lang))));
-        runs.map(|run| {
-            let (lang, dir) = run.join().unwrap();
-            (lang.to_string(), dir)
-        })
+        let dirs = ["en", "ru"].map(|lang| (lang, tempfile::tempdir().unwrap()));
+        let commands = dirs
+            .iter()
+            .map(|(lang, dir)| {
+                let dir = dir.path().to_str().unwrap();
+                lab(&["run", "all", "--lang", lang, "--artifacts", dir])
+            })
+            .collect();
+        for (out, (_, dir)) in outputs_at_once(commands).iter().zip(&dirs) {
+            assert_code(out, 0);
+            assert!(
+                dir.path().read_dir().unwrap().next().is_some(),
+                "no artifacts: {}",
+                stderr(out)
+            );
+        }
+        dirs
     });
     both.iter()
-        .find(|(l, _)| l == lang)
+        .find(|(l, _)| *l == lang)
         .map(|(_, dir)| dir.path())
         .unwrap()
-}
-
-/// One language's `lab run all --artifacts DIR`.
-fn artifacts_in(lang: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run(&[
-        "run",
-        "all",
-        "--lang",
-        lang,
-        "--artifacts",
-        dir.path().to_str().unwrap(),
-    ]);
-    assert_code(&out, 0);
-    assert!(
-        dir.path().read_dir().unwrap().next().is_some(),
-        "no artifacts: {}",
-        stderr(&out)
-    );
-    dir
 }
 
 #[test]

@@ -407,7 +407,7 @@ fn the_course_workflow_grades_the_payments_exercises() {
     std::fs::create_dir_all(&learner).unwrap();
     // The workflow's matrix runs one job per exercise, at once: so do these.
     let exercises = [("charge-once", 14), ("relay", 10), ("invoice-consumer", 7)];
-    let children: Vec<_> = exercises
+    let commands = exercises
         .iter()
         .map(|&(exercise, _)| {
             let solution = solution_of(exercise, work.path(), exercise);
@@ -415,22 +415,13 @@ fn the_course_workflow_grades_the_payments_exercises() {
             let line = format!("exercise check{check}").replace("${{ matrix.exercise }}", exercise);
             let (command, _report) = line.split_once('>').expect("the report goes to a file");
             let args: Vec<&str> = command.split_whitespace().collect();
-            lab(&args)
-                .current_dir(work.path())
-                .env("TMPDIR", tmp.path())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
+            let mut lab = lab(&args);
+            lab.current_dir(work.path()).env("TMPDIR", tmp.path());
+            lab
         })
         .collect();
-    // Each child's output is read on a thread of its own, so no pipe ever fills.
-    let readers: Vec<_> = children
-        .into_iter()
-        .map(|child| std::thread::spawn(move || child.wait_with_output().unwrap()))
-        .collect();
-    for ((exercise, checks), reader) in exercises.into_iter().zip(readers) {
-        let out = reader.join().unwrap();
+    let outputs = common::outputs_at_once(commands);
+    for ((exercise, checks), out) in exercises.into_iter().zip(outputs) {
         assert_code(&out, 0);
         let xml = stdout(&out);
         assert_eq!(

@@ -17,23 +17,11 @@ use nix::sys::signal::Signal;
 /// throwaway servers), and returns their outputs in order. At the same time on purpose: a loaded
 /// machine must not change a story, and it takes the time of the longest, not of all.
 fn all_at_once(calls: &[Vec<String>]) -> Vec<std::process::Output> {
-    let children: Vec<_> = calls
+    let commands = calls
         .iter()
-        .map(|args| {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            lab(&args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|args| lab(&args.iter().map(String::as_str).collect::<Vec<_>>()))
         .collect();
-    // Each child's output is read on a thread of its own, so no pipe ever fills.
-    let readers: Vec<_> = children
-        .into_iter()
-        .map(|child| std::thread::spawn(move || child.wait_with_output().unwrap()))
-        .collect();
-    readers.into_iter().map(|r| r.join().unwrap()).collect()
+    common::outputs_at_once(commands)
 }
 
 fn words(args: &[&str]) -> Vec<String> {

@@ -57,6 +57,26 @@ pub fn run(args: &[&str]) -> Output {
     lab(args).output().expect("lab runs")
 }
 
+/// Runs the commands at the same time, each in a process of its own, and returns their outputs
+/// in order. Each child's output is read on a thread of its own, so no pipe ever fills.
+pub fn outputs_at_once(commands: Vec<Command>) -> Vec<Output> {
+    let children: Vec<_> = commands
+        .into_iter()
+        .map(|mut command| {
+            command
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let readers: Vec<_> = children
+        .into_iter()
+        .map(|child| std::thread::spawn(move || child.wait_with_output().unwrap()))
+        .collect();
+    readers.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
