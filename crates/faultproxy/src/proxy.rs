@@ -12,7 +12,8 @@
 //! * `Settings` and `ProxyShared`, which implements
 //!   [`ProxyContext`]: what a connection may ask of its proxy;
 //! * [`Proxy`], the handle: enable, update, shut down; toxics; faults;
-//! * the listener: `resolve`, `bind`, `stop_accepting`, `park`, and the accept loop,
+//! * the listener: `resolve`, `bind` (with `ensure_nobody_listens`), `stop_accepting`, `park`,
+//!   and the accept loop,
 //!   [`accept_connections`], which registers every connection, hands it the next
 //!   armed fault and spawns [`serve_connection`] for it.
 //!
@@ -349,19 +350,27 @@ impl Proxy {
         // stays exactly as it was.
         let listener = if enabled && (new_listen.is_some() || accept_loop.is_none()) {
             match new_listen.as_ref() {
-                Some((_, address)) => Some(bind(*address).await?),
-                None => Some(self.listen_again(current.listen_addr).await?),
+                Some((_, address)) => Some(bind(*address)?),
+                None => Some(self.listen_again(current.listen_addr)?),
             }
         } else {
             None
         };
         if !enabled || listener.is_some() {
-            let was_listening = stop_accepting(&mut accept_loop).await;
+            // Disabling in place: the socket that keeps the port binds it while the listener
+            // still holds it, so the port is never free for a moment (in such a moment any
+            // program's outgoing connection could take it, and enabling again would fail).
+            let keeper = if !enabled && new_listen.is_none() && accept_loop.is_some() {
+                park(current.listen_addr)
+            } else {
+                None
+            };
+            stop_accepting(&mut accept_loop).await;
             if new_listen.is_some() {
                 // The port held for the old address is of no more use.
                 self.shared.parked.lock().take();
-            } else if !enabled && was_listening {
-                *self.shared.parked.lock() = park(current.listen_addr);
+            } else if keeper.is_some() {
+                *self.shared.parked.lock() = keeper;
             }
         }
         if !enabled || new_listen.is_some() || upstream_changed {
@@ -392,12 +401,17 @@ impl Proxy {
 
     /// Listens on `address` again after the proxy was disabled: on the socket that kept its port
     /// if there is one, else on a new one.
-    async fn listen_again(&self, address: SocketAddr) -> Result<TcpListener, Error> {
-        let parked = self.shared.parked.lock().take();
-        match parked.map(|socket| socket.listen(LISTEN_BACKLOG)) {
-            Some(Ok(listener)) => Ok(listener),
+    fn listen_again(&self, address: SocketAddr) -> Result<TcpListener, Error> {
+        let Some(parked) = self.shared.parked.lock().take() else {
+            return bind(address);
+        };
+        // The kept port shares with any socket that also asks for `SO_REUSEPORT`: if another
+        // proxy listens there now, say so, as Toxiproxy does, instead of sharing its connections.
+        ensure_nobody_listens(address).map_err(|source| listen_error(address, source))?;
+        match parked.listen(LISTEN_BACKLOG) {
+            Ok(listener) => Ok(listener),
             // Listening on the parked socket failed: try a new one, which reports the error.
-            Some(Err(_)) | None => bind(address).await,
+            Err(_) => bind(address),
         }
     }
 
@@ -557,13 +571,48 @@ async fn resolve(address: &str) -> Result<SocketAddr, Error> {
         .ok_or_else(|| invalid("resolves to no address".into()))
 }
 
-async fn bind(address: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(address)
-        .await
-        .map_err(|source| Error::Listen {
-            address: address.to_string(),
-            source,
-        })
+/// Listens on `address`, with `SO_REUSEPORT` so that disabling can [`park`] the port before the
+/// listener closes. A port that another socket listens on is refused first, as a plain listener
+/// would be (two `SO_REUSEPORT` listeners would otherwise share the port's connections); port 0
+/// needs no such check, as the kernel never hands it out to share.
+fn bind(address: SocketAddr) -> Result<TcpListener, Error> {
+    let listen = || {
+        if address.port() != 0 {
+            ensure_nobody_listens(address)?;
+        }
+        let socket = new_socket(address)?;
+        // `SO_REUSEADDR` as every listener has: the connections it accepted may linger in
+        // `TIME_WAIT` on this port, and must not keep it from listening again.
+        socket.set_reuseaddr(true)?;
+        socket.set_reuseport(true)?;
+        socket.bind(address)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    listen().map_err(|source| listen_error(address, source))
+}
+
+fn listen_error(address: SocketAddr, source: std::io::Error) -> Error {
+    Error::Listen {
+        address: address.to_string(),
+        source,
+    }
+}
+
+fn new_socket(address: SocketAddr) -> std::io::Result<TcpSocket> {
+    if address.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+}
+
+/// Fails with "address in use" if a socket listens on `address`: binding a socket with
+/// `SO_REUSEADDR` only (and then dropping it) succeeds next to sockets that merely hold the port,
+/// ours included, and fails next to a listener.
+fn ensure_nobody_listens(address: SocketAddr) -> std::io::Result<()> {
+    let probe = new_socket(address)?;
+    probe.set_reuseaddr(true)?;
+    probe.bind(address)
 }
 
 /// Stops the accept loop, if one runs; says whether one did.
@@ -580,17 +629,14 @@ async fn stop_accepting(accept_loop: &mut Option<JoinHandle<()>>) -> bool {
 
 /// A socket bound to `address` that does not listen: the kernel refuses connections to it (no
 /// listener), and gives its port to no one else, neither to a `bind` to port 0 nor to an
-/// outgoing connection. `SO_REUSEADDR` as a listener has (the listener's accepted connections
+/// outgoing connection. It binds while the listener still listens on the port, which
+/// `SO_REUSEPORT` (on both) allows; `SO_REUSEADDR` as the listener has (its accepted connections
 /// may linger in `TIME_WAIT` on this port). `None` if the port cannot be held: enabling then
 /// binds anew, as Toxiproxy does.
 fn park(address: SocketAddr) -> Option<TcpSocket> {
-    let socket = if address.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }
-    .ok()?;
+    let socket = new_socket(address).ok()?;
     socket.set_reuseaddr(true).ok()?;
+    socket.set_reuseport(true).ok()?;
     socket.bind(address).ok()?;
     Some(socket)
 }

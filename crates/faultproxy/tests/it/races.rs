@@ -73,3 +73,41 @@ async fn a_proxy_deleted_while_being_enabled_stays_deleted() {
         );
     }
 }
+
+/// Disabling hands the port from the listener to the socket that keeps it without a moment in
+/// between. Another socket that tries to bind the port all along (as any program's outgoing
+/// connection may, when the port is from the ephemeral range) never gets it, and the proxy
+/// listens again every time. The listener once closed first and kept the port after: a
+/// connection made in that gap took the port, and enabling failed with "address in use".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabling_leaves_no_moment_when_the_port_is_free() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let server = answering_server(b"pong".to_vec()).await;
+    let (_proxies, proxy) = proxy_to(server.address).await;
+    let address = proxy.listen_addr();
+    let done = Arc::new(AtomicBool::new(false));
+    let contender = {
+        let done = done.clone();
+        // A plain thread, binding as fast as it can: no await point to give the gap away.
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                if socket.bind(address).is_ok() {
+                    return Some(socket);
+                }
+            }
+            None
+        })
+    };
+    for cycle in 0..300 {
+        proxy.set_enabled(false).await.unwrap();
+        if let Err(error) = proxy.set_enabled(true).await {
+            panic!("enabling again failed in cycle {cycle}: {error}");
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    let taken = contender.join().unwrap();
+    assert!(taken.is_none(), "another socket bound {address}");
+}

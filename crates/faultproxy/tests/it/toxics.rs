@@ -312,6 +312,36 @@ async fn a_disabled_proxy_keeps_its_port() {
     echo_once(&mut again, b"back").await;
 }
 
+/// A disabled proxy keeps its port from strangers, not from another proxy (Toxiproxy frees it
+/// altogether): a second proxy may listen there, and then enabling the first fails with "address
+/// in use" instead of sharing the second one's connections.
+#[tokio::test]
+async fn a_disabled_proxy_whose_port_another_proxy_took_does_not_listen_there_too() {
+    let (proxies, proxy) = proxy_to(echo_server().await).await;
+    let address = proxy.listen_addr();
+    proxy.set_enabled(false).await.unwrap();
+    let answering = answering_server(b"second".to_vec()).await;
+    proxies
+        .create(
+            "second",
+            &address.to_string(),
+            &answering.address.to_string(),
+        )
+        .await
+        .unwrap();
+
+    let taken = proxy.set_enabled(true).await.unwrap_err().to_string();
+    assert!(
+        taken.ends_with("Address already in use (os error 98)"),
+        "{taken}"
+    );
+    for _ in 0..8 {
+        let mut client = TcpStream::connect(address).await.unwrap();
+        client.write_all(b"hi").await.unwrap();
+        assert_eq!(within(read_all(&mut client)).await.unwrap(), b"second");
+    }
+}
+
 /// The client stops sending (FIN) and still gets its answer: the server only
 /// answers after reading end-of-stream, which must have been passed on.
 #[tokio::test]
