@@ -97,6 +97,8 @@ pub struct FaultProxy {
 struct Registry {
     /// Sorted by name, so listings come out in a stable order.
     proxies: Mutex<BTreeMap<String, Proxy>>,
+    /// The ports the disabled proxies keep: the registry's proxies may take them over.
+    kept: Arc<proxy::KeptPorts>,
 }
 
 impl Drop for Registry {
@@ -142,7 +144,8 @@ impl FaultProxy {
         if self.get(name).is_some() {
             return Err(Error::ProxyAlreadyExists(name.to_owned()));
         }
-        let proxy = Proxy::start(name, listen, upstream, enabled).await?;
+        let proxy =
+            Proxy::start(name, listen, upstream, enabled, self.registry.kept.clone()).await?;
         let lost_race = {
             let mut proxies = self.registry.proxies.lock();
             // Somebody may have created the same name while we were binding.

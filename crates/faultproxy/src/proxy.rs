@@ -20,6 +20,7 @@
 //! What happens to a connection once accepted is in `connection.rs`. Imports go
 //! one way: this module uses `connection`, `fault` and `toxic`; none of them uses it.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -117,12 +118,16 @@ struct ProxyShared {
     /// awaits the end of the loop: only then is the port really closed, so that new
     /// connections are refused and the port can be bound again.
     accept_loop: tokio::sync::Mutex<Option<JoinHandle<()>>>,
-    /// While the proxy is disabled: a socket bound to its port without listening, changed only
-    /// under the `accept_loop` lock. It refuses connections as a closed port does, and it keeps
-    /// the port ours: a port from the ephemeral range (`:0`) given up for a moment is soon some
-    /// other program's outgoing connection, and enabling again would fail with "address in use".
-    /// Enabling listens on this very socket.
-    parked: Mutex<Option<TcpSocket>>,
+    /// Which proxy this is, in [`KeptPorts`] (a name may be given to a new proxy once this one
+    /// is removed).
+    id: u64,
+    /// The ports the registry's disabled proxies keep, this one's among them: while it is
+    /// disabled, a socket bound to its port without listening, changed only under the
+    /// `accept_loop` lock. It refuses connections as a closed port does, and it keeps the port
+    /// ours: a port from the ephemeral range (`:0`) given up for a moment is soon some other
+    /// program's, and enabling again would fail with "address in use". Enabling listens on this
+    /// very socket.
+    kept: Arc<KeptPorts>,
     /// The toxics, in the order they were added. Every open connection watches
     /// this, which is how a new toxic reaches connections that are already open.
     toxics: watch::Sender<Vec<Toxic>>,
@@ -233,6 +238,7 @@ impl Proxy {
         listen: &str,
         upstream: &str,
         enabled: bool,
+        kept: Arc<KeptPorts>,
     ) -> Result<Proxy, Error> {
         if name.is_empty() {
             return Err(Error::MissingField("name".into()));
@@ -259,7 +265,8 @@ impl Proxy {
                     enabled: false,
                 }),
                 accept_loop: tokio::sync::Mutex::new(None),
-                parked: Mutex::new(None),
+                id: NEXT_PROXY_ID.fetch_add(1, Ordering::Relaxed),
+                kept,
                 toxics: watch::Sender::new(Vec::new()),
                 faults: Mutex::new(Vec::new()),
                 next_fault_id: AtomicU64::new(0),
@@ -350,7 +357,7 @@ impl Proxy {
         // stays exactly as it was.
         let listener = if enabled && (new_listen.is_some() || accept_loop.is_none()) {
             match new_listen.as_ref() {
-                Some((_, address)) => Some(bind(*address)?),
+                Some((_, address)) => Some(bind(*address, &self.shared.kept)?),
                 None => Some(self.listen_again(current.listen_addr)?),
             }
         } else {
@@ -368,9 +375,11 @@ impl Proxy {
             stop_accepting(&mut accept_loop).await;
             if new_listen.is_some() {
                 // The port held for the old address is of no more use.
-                self.shared.parked.lock().take();
-            } else if keeper.is_some() {
-                *self.shared.parked.lock() = keeper;
+                self.shared.kept.let_go(self.shared.id);
+            } else if let Some(keeper) = keeper {
+                self.shared
+                    .kept
+                    .keep(self.shared.id, current.listen_addr, keeper);
             }
         }
         if !enabled || new_listen.is_some() || upstream_changed {
@@ -402,16 +411,16 @@ impl Proxy {
     /// Listens on `address` again after the proxy was disabled: on the socket that kept its port
     /// if there is one, else on a new one.
     fn listen_again(&self, address: SocketAddr) -> Result<TcpListener, Error> {
-        let Some(parked) = self.shared.parked.lock().take() else {
-            return bind(address);
+        let kept = &self.shared.kept;
+        let Some(parked) = kept.take_back(self.shared.id, address) else {
+            // Not kept (another proxy took the port over, or it could not be held): bound anew,
+            // which says "address in use" if another proxy listens there now, as Toxiproxy does.
+            return bind(address, kept);
         };
-        // The kept port shares with any socket that also asks for `SO_REUSEPORT`: if another
-        // proxy listens there now, say so, as Toxiproxy does, instead of sharing its connections.
-        ensure_nobody_listens(address).map_err(|source| listen_error(address, source))?;
         match parked.listen(LISTEN_BACKLOG) {
             Ok(listener) => Ok(listener),
             // Listening on the parked socket failed: try a new one, which reports the error.
-            Err(_) => bind(address),
+            Err(_) => bind(address, kept),
         }
     }
 
@@ -420,7 +429,7 @@ impl Proxy {
         let mut accept_loop = self.shared.accept_loop.lock().await;
         self.shared.removed.store(true, Ordering::SeqCst);
         stop_accepting(&mut accept_loop).await;
-        self.shared.parked.lock().take();
+        self.shared.kept.let_go(self.shared.id);
         self.shared.connections.cut_all();
     }
 
@@ -432,7 +441,7 @@ impl Proxy {
         {
             task.abort();
         }
-        self.shared.parked.lock().take();
+        self.shared.kept.let_go(self.shared.id);
         self.shared.connections.cut_all();
     }
 
@@ -572,12 +581,14 @@ async fn resolve(address: &str) -> Result<SocketAddr, Error> {
 }
 
 /// Listens on `address`, with `SO_REUSEPORT` so that disabling can [`park`] the port before the
-/// listener closes. A port that another socket listens on is refused first, as a plain listener
-/// would be (two `SO_REUSEPORT` listeners would otherwise share the port's connections); port 0
+/// listener closes. A disabled proxy of the registry that keeps the port gives it up first. A
+/// port that another socket listens on, or that something else holds, is then refused, as a
+/// plain listener would be (two `SO_REUSEPORT` sockets would otherwise share the port); port 0
 /// needs no such check, as the kernel never hands it out to share.
-fn bind(address: SocketAddr) -> Result<TcpListener, Error> {
+fn bind(address: SocketAddr, kept: &KeptPorts) -> Result<TcpListener, Error> {
     let listen = || {
         if address.port() != 0 {
+            kept.hand_over(address);
             ensure_nobody_listens(address)?;
         }
         let socket = new_socket(address)?;
@@ -606,9 +617,10 @@ fn new_socket(address: SocketAddr) -> std::io::Result<TcpSocket> {
     }
 }
 
-/// Fails with "address in use" if a socket listens on `address`: binding a socket with
-/// `SO_REUSEADDR` only (and then dropping it) succeeds next to sockets that merely hold the port,
-/// ours included, and fails next to a listener.
+/// Fails with "address in use" if a socket listens on `address` or holds it without
+/// `SO_REUSEADDR` (as a disabled proxy of another registry does): a socket with `SO_REUSEADDR`
+/// only (bound, then dropped) is refused by both, and not by the connections that linger on the
+/// port in `TIME_WAIT`.
 fn ensure_nobody_listens(address: SocketAddr) -> std::io::Result<()> {
     let probe = new_socket(address)?;
     probe.set_reuseaddr(true)?;
@@ -627,15 +639,64 @@ async fn stop_accepting(accept_loop: &mut Option<JoinHandle<()>>) -> bool {
     true
 }
 
+/// Where the ids of [`KeptPorts`]' keepers come from.
+static NEXT_PROXY_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The ports that one registry's disabled proxies keep (see [`park`]), by address. A disabled
+/// proxy keeps its port from every other program, and not from the registry's other proxies: one
+/// that asks for that address takes it over ([`bind`]), as in Toxiproxy, where a disabled proxy
+/// has given its port up. Enabling the first one then binds anew, and fails with "address in
+/// use" while the other one listens, as Toxiproxy's does.
+#[derive(Default)]
+pub(crate) struct KeptPorts {
+    sockets: Mutex<HashMap<SocketAddr, KeptPort>>,
+}
+
+struct KeptPort {
+    /// The id of the proxy that keeps the port.
+    keeper: u64,
+    socket: TcpSocket,
+}
+
+impl KeptPorts {
+    fn keep(&self, keeper: u64, address: SocketAddr, socket: TcpSocket) {
+        self.sockets
+            .lock()
+            .insert(address, KeptPort { keeper, socket });
+    }
+
+    /// The socket `keeper` keeps for `address`, to listen on again; `None` if another proxy
+    /// took the port over meanwhile.
+    fn take_back(&self, keeper: u64, address: SocketAddr) -> Option<TcpSocket> {
+        let mut sockets = self.sockets.lock();
+        match sockets.get(&address) {
+            Some(kept) if kept.keeper == keeper => sockets.remove(&address).map(|kept| kept.socket),
+            _ => None,
+        }
+    }
+
+    /// Gives `address` up, whoever keeps it: a proxy asks for it.
+    fn hand_over(&self, address: SocketAddr) {
+        self.sockets.lock().remove(&address);
+    }
+
+    /// Gives up the port `keeper` keeps, if any (it was moved or removed).
+    fn let_go(&self, keeper: u64) {
+        self.sockets.lock().retain(|_, kept| kept.keeper != keeper);
+    }
+}
+
 /// A socket bound to `address` that does not listen: the kernel refuses connections to it (no
 /// listener), and gives its port to no one else, neither to a `bind` to port 0 nor to an
 /// outgoing connection. It binds while the listener still listens on the port, which
-/// `SO_REUSEPORT` (on both) allows; `SO_REUSEADDR` as the listener has (its accepted connections
-/// may linger in `TIME_WAIT` on this port). `None` if the port cannot be held: enabling then
-/// binds anew, as Toxiproxy does.
+/// `SO_REUSEPORT` (on both) allows. Without `SO_REUSEADDR` it is exclusive: a server that binds
+/// the port by number with `SO_REUSEADDR`, as servers do, is refused (with it, both sockets
+/// would have it, and the server could listen on the disabled proxy's port). Only a socket that
+/// also asks for `SO_REUSEPORT` could share the port: [`bind`] checks first, and takes the port
+/// over from a disabled proxy of its own registry. `None` if the port cannot be held: enabling
+/// then binds anew, as Toxiproxy does.
 fn park(address: SocketAddr) -> Option<TcpSocket> {
     let socket = new_socket(address).ok()?;
-    socket.set_reuseaddr(true).ok()?;
     socket.set_reuseport(true).ok()?;
     socket.bind(address).ok()?;
     Some(socket)

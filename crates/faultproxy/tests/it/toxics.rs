@@ -312,14 +312,25 @@ async fn a_disabled_proxy_keeps_its_port() {
     echo_once(&mut again, b"back").await;
 }
 
-/// A disabled proxy keeps its port from strangers, not from another proxy (Toxiproxy frees it
-/// altogether): a second proxy may listen there, and then enabling the first fails with "address
-/// in use" instead of sharing the second one's connections.
+/// A disabled proxy keeps its port from servers too, which bind a port by number with
+/// `SO_REUSEADDR` (a socket that only holds a port lets such a bind through unless it is
+/// exclusive). Not from another proxy of the same registry: that one takes the port over, as in
+/// Toxiproxy, where a disabled proxy has given its port up, and enabling the first then fails
+/// with "address in use" instead of sharing the second one's connections. Once the second one is
+/// gone, the first listens again.
 #[tokio::test]
-async fn a_disabled_proxy_whose_port_another_proxy_took_does_not_listen_there_too() {
+async fn a_disabled_proxys_port_is_refused_to_a_server_and_taken_over_by_another_proxy() {
     let (proxies, proxy) = proxy_to(echo_server().await).await;
     let address = proxy.listen_addr();
     proxy.set_enabled(false).await.unwrap();
+
+    let server = tokio::net::TcpSocket::new_v4().unwrap();
+    server.set_reuseaddr(true).unwrap();
+    assert_eq!(
+        server.bind(address).unwrap_err().kind(),
+        ErrorKind::AddrInUse
+    );
+
     let answering = answering_server(b"second".to_vec()).await;
     proxies
         .create(
@@ -329,7 +340,6 @@ async fn a_disabled_proxy_whose_port_another_proxy_took_does_not_listen_there_to
         )
         .await
         .unwrap();
-
     let taken = proxy.set_enabled(true).await.unwrap_err().to_string();
     assert!(
         taken.ends_with("Address already in use (os error 98)"),
@@ -340,6 +350,11 @@ async fn a_disabled_proxy_whose_port_another_proxy_took_does_not_listen_there_to
         client.write_all(b"hi").await.unwrap();
         assert_eq!(within(read_all(&mut client)).await.unwrap(), b"second");
     }
+
+    proxies.remove("second").await.unwrap();
+    proxy.set_enabled(true).await.unwrap();
+    let mut again = TcpStream::connect(address).await.unwrap();
+    echo_once(&mut again, b"back").await;
 }
 
 /// The client stops sending (FIN) and still gets its answer: the server only
