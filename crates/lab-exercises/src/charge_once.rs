@@ -40,12 +40,10 @@
 //! the slow call itself, and the duplicate is judged all the same.
 //!
 //! `slow-provider`, `redis-lost` and `crash` need a short lease (the service restarted with
-//! `LEASE_SECONDS=2`); `in-flight`, `shared-records` and `redis-blip` need the lesson's lease,
-//! so that the held call's reservation cannot run out before its duplicate arrives, as it can
-//! within two seconds on a loaded machine. The checks run in any order (`watch` runs the failed
-//! ones first, `verify` shuffles them): each of them starts the service again with the lease it
-//! needs when the check before left the other one. `redis-blip` and `redis-down` leave the
-//! service's Redis connections cut; a check after them finds out how the service recovers.
+//! `LEASE_SECONDS=2`); `redis-blip`, `redis-down` and `redis-lost` cut the service's link to
+//! Redis. The checks run in any order (`watch` runs the failed ones first, `verify` shuffles
+//! them), and each finds the service as it needs it: every other check as the lesson runs it,
+//! started again when one of those left it changed (`World::before`).
 //!
 //! The checks are in [`checks`] (one call, or a few in a row) and [`moments`] (a call held in
 //! the provider while something else happens); [`staging`] holds a call and sends beside it,
@@ -66,7 +64,7 @@ use lab_services::spec::ServiceEnv;
 use redis::aio::MultiplexedConnection;
 
 use crate::error::ExerciseError;
-use crate::exercise::{Check, CheckOptions, Checked, Checks, Exercise, Setup, Subject};
+use crate::exercise::{Check, CheckOptions, CheckSpec, Checked, Checks, Exercise, Setup, Subject};
 use crate::guest::{Guest, NotReady};
 use crate::judgement::{Judged, broke, fail, undecided, unknown, verdict_of};
 use crate::lab_side::{LabProvider, scan};
@@ -146,6 +144,8 @@ pub struct ChargeOnce {
     retry_window: u64,
     /// The `LEASE_SECONDS` the running service was started with.
     lease: u64,
+    /// A check cut the running service's link to Redis: its pooled connections were reset.
+    redis_was_cut: bool,
     /// The learner's program, to start a second instance of it beside the first.
     program: Program,
 }
@@ -230,6 +230,7 @@ impl ChargeOnce {
             provider_dedup,
             retry_window,
             lease: LEASE_SECONDS,
+            redis_was_cut: false,
             program,
         };
         if let Err(not_ready) = world.start_service(LEASE_SECONDS).await? {
@@ -257,13 +258,18 @@ impl ChargeOnce {
     /// Starts (or starts again) the learner's service with `lease` as its `LEASE_SECONDS`.
     async fn start_service(&mut self, lease: u64) -> Result<Result<(), NotReady>, ExerciseError> {
         let env = self.env(lease);
-        self.lease = lease;
-        self.rig.start_service(env).await
+        let started = self.rig.start_service(env).await?;
+        if started.is_ok() {
+            // A new process: the lease it was given, and connections of its own.
+            self.lease = lease;
+            self.redis_was_cut = false;
+        }
+        Ok(started)
     }
 
     /// The service runs with the short lease: started again with it, unless it already is.
     async fn with_short_lease(&mut self) -> Judged {
-        if self.lease == SHORT_LEASE_SECONDS {
+        if self.lease == SHORT_LEASE_SECONDS && !self.redis_was_cut {
             self.step(Msg::new("step.lease_is_short").arg("lease", SHORT_LEASE_SECONDS));
             return Ok(());
         }
@@ -273,21 +279,6 @@ impl ChargeOnce {
                 .arg("usual", LEASE_SECONDS),
         );
         if self.start_service(SHORT_LEASE_SECONDS).await?.is_err() {
-            return unknown(undecided("no_restart"));
-        }
-        Ok(())
-    }
-
-    /// The service runs with the lesson's lease: started again with it if a check before this
-    /// one shortened it. A check that sends a duplicate while the first call is held needs it:
-    /// with two seconds, a loaded machine can let the held call's reservation run out before
-    /// the duplicate arrives, and a correct service charges twice.
-    async fn with_usual_lease(&mut self) -> Judged {
-        if self.lease == LEASE_SECONDS {
-            return Ok(());
-        }
-        self.step(Msg::new("step.usual_lease").arg("lease", LEASE_SECONDS));
-        if self.start_service(LEASE_SECONDS).await?.is_err() {
             return unknown(undecided("no_restart"));
         }
         Ok(())
@@ -391,6 +382,7 @@ impl ChargeOnce {
 
     /// Cuts the service's Redis link (connections reset and refused), and makes sure it is cut.
     async fn cut_redis(&mut self) -> Judged {
+        self.redis_was_cut = true;
         self.redis_hop.set_enabled(false).await?;
         if self.link_answers().await {
             return unknown(undecided("link_not_cut"));
@@ -415,6 +407,24 @@ impl ChargeOnce {
 impl World for ChargeOnce {
     fn rig(&mut self) -> &mut Rig {
         &mut self.rig
+    }
+
+    /// A check that does not start the service itself (with the short lease) finds it as the
+    /// lesson runs it, whatever ran before: started again when an earlier check shortened its
+    /// lease or cut its link to Redis. With two seconds, a loaded machine can let a held call's
+    /// reservation run out before its duplicate arrives, and a correct service charges twice
+    /// (`verify` saw it in `redis-blip` after `slow-provider`); a service whose pooled
+    /// connections were reset is `redis-blip`'s to judge, not every later check's.
+    async fn before(&mut self, spec: &CheckSpec) -> Judged {
+        let changed = self.lease != LEASE_SECONDS || self.redis_was_cut;
+        if spec.restarts || !changed || !self.rig.owns_program() {
+            return Ok(());
+        }
+        self.step(Msg::new("step.as_in_the_lesson").arg("lease", LEASE_SECONDS));
+        if self.start_service(LEASE_SECONDS).await?.is_err() {
+            return unknown(undecided("no_restart"));
+        }
+        Ok(())
     }
 
     async fn after(&mut self) {

@@ -85,7 +85,8 @@ impl<W> Check<W> {
     }
 }
 
-/// The checks of one exercise, in the order they run.
+/// The checks of one exercise, in the exercise's order: the one `lab exercise check` runs them in
+/// (`--first`, `watch` and `verify` change it; see [`CheckOptions::ordered`]).
 pub struct Checks<W: 'static>(pub &'static [Check<W>]);
 
 /// The checks of an exercise as the catalogue sees them, whatever its world.
@@ -125,7 +126,7 @@ impl std::fmt::Debug for Exercise {
 }
 
 impl Exercise {
-    /// Its checks, in the order they run.
+    /// Its checks, in the exercise's order.
     pub fn checks(&self) -> impl Iterator<Item = &CheckSpec> {
         (0..).map_while(|i| self.checks.spec(i))
     }

@@ -24,7 +24,7 @@ use lab_services::spec::{RunningService, ServiceEnv, ServiceSpec};
 
 use crate::call::{Call, send};
 use crate::error::ExerciseError;
-use crate::exercise::{CheckOptions, Checks};
+use crate::exercise::{CheckOptions, CheckSpec, Checks};
 use crate::guest::{Guest, Mark, NotReady};
 use crate::guest_env::GuestEnv;
 use crate::judgement::{Judged, verdict_of};
@@ -305,6 +305,13 @@ impl Rig {
 pub(crate) trait World: Sized {
     fn rig(&mut self) -> &mut Rig;
 
+    /// Readies the world for the check `spec` names, whatever ran before it (the checks run in
+    /// any order): e.g. a program an earlier check changed, started again. A judgement here
+    /// (could not decide) stands for the check's.
+    async fn before(&mut self, _spec: &CheckSpec) -> Judged {
+        Ok(())
+    }
+
     /// Makes the world whole again after a check: faults disarmed, links restored.
     async fn after(&mut self) {}
 
@@ -333,7 +340,10 @@ pub(crate) async fn run_checks<W: World>(
         let judged: Judged = if spec.restarts && !world.rig().owns_program() {
             crate::judgement::skipped(Msg::new("skipped.target"))
         } else {
-            (check.run)(&mut world).await
+            match world.before(&spec).await {
+                Ok(()) => (check.run)(&mut world).await,
+                Err(stop) => Err(stop),
+            }
         };
         world.after().await;
         let verdict = match verdict_of(judged) {
@@ -359,4 +369,105 @@ pub(crate) async fn run_checks<W: World>(
     }
     world.close().await;
     Ok(reports)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::exercise::Check;
+    use crate::judgement::{undecided, unknown};
+
+    /// A world that writes down what is done to it, and cannot be readied for one check.
+    struct Diary {
+        rig: Rig,
+        entries: Arc<Mutex<Vec<String>>>,
+        unready_for: &'static str,
+    }
+
+    impl Diary {
+        fn write(&self, entry: String) {
+            self.entries.lock().unwrap().push(entry);
+        }
+    }
+
+    impl World for Diary {
+        fn rig(&mut self) -> &mut Rig {
+            &mut self.rig
+        }
+
+        async fn before(&mut self, spec: &CheckSpec) -> Judged {
+            self.write(format!("before {}", spec.name));
+            if spec.name == self.unready_for {
+                return unknown(undecided("no_restart"));
+            }
+            Ok(())
+        }
+
+        async fn after(&mut self) {
+            self.write("after".into());
+        }
+
+        async fn close(self) {
+            self.write("close".into());
+        }
+    }
+
+    async fn runs(w: &mut Diary, name: &str) -> Judged {
+        w.write(format!("run {name}"));
+        Ok(())
+    }
+
+    static CHECKS: Checks<Diary> = Checks(&[
+        Check::new("first", |w| Box::pin(runs(w, "first"))),
+        Check::new("second", |w| Box::pin(runs(w, "second"))),
+        Check::new("third", |w| Box::pin(runs(w, "third"))),
+    ]);
+
+    /// Every check is readied before it runs, in the order the options give; a world that
+    /// could not be readied for a check makes that check "could not decide", and the check
+    /// does not run on it.
+    #[tokio::test]
+    async fn each_check_is_readied_before_it_runs_and_an_unready_world_is_undecided() {
+        let entries = Arc::new(Mutex::new(Vec::new()));
+        let options = CheckOptions {
+            only: Vec::new(),
+            seed: 1,
+            repeat: CheckOptions::REPEAT,
+            guest_env: Vec::new(),
+            first: vec!["third".into()],
+        };
+        let world = Diary {
+            rig: Rig::new("test", &options, None),
+            entries: entries.clone(),
+            unready_for: "second",
+        };
+        let reports = run_checks(&CHECKS, world, &options, &mut |_| {})
+            .await
+            .unwrap();
+
+        let entries = entries.lock().unwrap().clone();
+        let expected = [
+            "before third",
+            "run third",
+            "after",
+            "before first",
+            "run first",
+            "after",
+            "before second",
+            "after",
+            "close",
+        ];
+        assert_eq!(entries, expected);
+        let verdicts: Vec<_> = reports.iter().map(|r| (r.name, &r.verdict)).collect();
+        assert!(matches!(
+            verdicts[..],
+            [
+                ("third", Verdict::Pass),
+                ("first", Verdict::Pass),
+                ("second", Verdict::Unknown(_)),
+            ]
+        ));
+    }
 }

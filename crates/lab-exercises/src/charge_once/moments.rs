@@ -96,7 +96,6 @@ pub(super) fn answered_through_the_loss(first: Option<&Sent>, charges: &[ChargeR
 }
 
 pub(super) async fn in_flight(w: &mut ChargeOnce) -> Judged {
-    w.with_usual_lease().await?;
     w.provider_dedup(false).await?;
     let intent = Intent::new(5);
     let before = w.records().await?;
@@ -149,7 +148,6 @@ pub(super) async fn in_flight(w: &mut ChargeOnce) -> Judged {
 }
 
 pub(super) async fn shared_records(w: &mut ChargeOnce) -> Judged {
-    w.with_usual_lease().await?;
     let program = w.program.clone();
     w.step(Msg::new("step.second_instance"));
     let Ok(mut second) = start_beside(w, &program.dir, program.manifest).await? else {
@@ -204,13 +202,13 @@ async fn shared_between(w: &mut ChargeOnce, other: &str) -> Judged {
 }
 
 pub(super) async fn redis_blip(w: &mut ChargeOnce) -> Judged {
-    w.with_usual_lease().await?;
     w.provider_dedup(false).await?;
     let warm = Intent::new(10);
     w.step(Msg::new("step.warm"));
     let answer = w.pay("client", &warm, "pay-10").await;
     must_be_charged(&answer)?;
     w.step(Msg::new("step.blip"));
+    w.redis_was_cut = true;
     w.redis_hop.set_enabled(false).await?;
     w.redis_hop.set_enabled(true).await?;
     let intent = Intent::new(11);
