@@ -280,11 +280,9 @@ struct OwnRedis {
 
 impl OwnRedis {
     fn start() -> OwnRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // From below the ephemeral range: a port the kernel hands out for port 0 is soon a fault
+        // proxy's or an outgoing connection's (see `lab_infra::process::free_port`).
+        let port = lab_infra::process::free_port().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let child = Self::spawn(port, dir.path());
         OwnRedis { port, dir, child }

@@ -241,16 +241,24 @@ pub async fn raw_http_text(api: SocketAddr, request: &str) -> (u16, String, Stri
     (status, head.to_owned(), body.to_owned())
 }
 
-/// A port that nothing listens on right now (bound by us, its number read, let go): for
-/// tests that, like Toxiproxy's, name the listen address themselves (`localhost:PORT`).
-/// Somebody could take it before the test binds it; the kernel hands out ports in a way
-/// that makes that very unlikely.
+/// A port that nothing holds right now (bound by us, its number read, let go): for tests that,
+/// like Toxiproxy's, name the listen address themselves (`localhost:PORT`). Drawn at random
+/// from below Linux's ephemeral range (10000 to 32767), where nobody gets a port without
+/// asking for it by number: a port the kernel hands out for port 0 is soon a proxy's or an
+/// outgoing connection's. Somebody could still take it before the test binds it; at random
+/// among 22 000 ports that is very unlikely.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::BuildHasher;
+    for _ in 0..64 {
+        let random = std::hash::RandomState::new().hash_one(0u8);
+        let port = 10_000 + (random % 22_768) as u16;
+        // Without SO_REUSEADDR: free of every socket, not only of listeners.
+        let probe = tokio::net::TcpSocket::new_v4().unwrap();
+        if probe.bind(([127, 0, 0, 1], port).into()).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range");
 }
 
 /// Toxiproxy's `AssertProxyUp`: a connection to `address` succeeds (`up`) or is refused.

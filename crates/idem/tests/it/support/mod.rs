@@ -91,13 +91,11 @@ impl Drop for RedisServer {
     }
 }
 
-/// A port nothing listens on right now (the kernel's choice).
+/// A port nothing listens on right now, from below the kernel's ephemeral range (see
+/// `lab_infra::process::free_port`): a port the kernel hands out for port 0 is soon a fault
+/// proxy's or an outgoing connection's, here or in a program running beside the tests.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    lab_infra::process::free_port().expect("a free port")
 }
 
 /// A port P with P + 10000 free too: a cluster node also listens on its bus port, P + 10000.
