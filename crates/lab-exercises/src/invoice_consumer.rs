@@ -790,6 +790,10 @@ async fn changed_recipient(w: &mut InvoiceConsumer) -> Judged {
         None => Msg::new("step.settled"),
         Some(n) => Msg::new("step.pending").arg("count", n),
     });
+    // Acked is not sent yet: a consumer that acks first sends after (verify saw the Rust
+    // starter's one email counted between its ack of the second job and its send to the other
+    // address, and pass `changed-recipient`).
+    w.wait_moved_on("A").await;
     let emails = w.emails(&job).await?;
     let judged = judge_refusal(&emails, &other.email);
     w.explained(&other, judged).await
