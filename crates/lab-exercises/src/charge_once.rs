@@ -390,6 +390,14 @@ impl ChargeOnce {
         Ok(())
     }
 
+    /// Cuts the service's Redis link (every connection reset) and restores it at once.
+    async fn blip_redis(&mut self) -> Result<(), ExerciseError> {
+        self.redis_was_cut = true;
+        self.redis_hop.set_enabled(false).await?;
+        self.redis_hop.set_enabled(true).await?;
+        Ok(())
+    }
+
     /// Restores the service's Redis link, and makes sure it answers again.
     async fn restore_redis(&mut self) -> Judged {
         self.redis_hop.set_enabled(true).await?;

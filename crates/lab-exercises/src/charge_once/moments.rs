@@ -208,9 +208,7 @@ pub(super) async fn redis_blip(w: &mut ChargeOnce) -> Judged {
     let answer = w.pay("client", &warm, "pay-10").await;
     must_be_charged(&answer)?;
     w.step(Msg::new("step.blip"));
-    w.redis_was_cut = true;
-    w.redis_hop.set_enabled(false).await?;
-    w.redis_hop.set_enabled(true).await?;
+    w.blip_redis().await?;
     let intent = Intent::new(11);
     let before = w.records().await?;
     w.step(Msg::new("step.hold_first").arg("who", "A"));
