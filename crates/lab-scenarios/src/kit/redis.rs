@@ -59,26 +59,49 @@ pub async fn ttl_secs(conn: &mut Conn, redis_key: &str) -> Result<i64, ScenarioE
 }
 
 /// Simulated time: cuts a key's remaining life to 1 ms (`PEXPIRE`), then waits, by watching
-/// Redis, until it is gone.
+/// Redis, until it has expired: until it is gone, or holds another value (with a millisecond
+/// left, nothing but a new write can have changed it). A caller that was waiting on the key may
+/// write a new record under it the moment it expires (a takeover), before the lab looks again;
+/// on a loaded machine it often did.
 pub async fn expire_now(conn: &mut Conn, redis_key: &str) -> Result<(), ScenarioError> {
+    let expiring = value_backstage(conn, redis_key).await?;
     let _: i64 = redis::cmd("PEXPIRE")
         .arg(redis_key)
         .arg(1)
         .query_async(conn)
         .await?;
-    wait_until_gone(conn, redis_key).await
+    // A key that was already gone has nothing left to expire.
+    wait_until(conn, redis_key, |now| {
+        expiring.is_none() || now != expiring.as_deref()
+    })
+    .await
 }
 
 /// Waits until `redis_key` no longer exists (it expired), watching Redis itself.
-#[tracing::instrument(name = "lab.backstage", skip_all)]
 pub async fn wait_until_gone(conn: &mut Conn, redis_key: &str) -> Result<(), ScenarioError> {
+    wait_until(conn, redis_key, |now| now.is_none()).await
+}
+
+/// The value at `redis_key` (`None` if there is none), read backstage.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
+async fn value_backstage(
+    conn: &mut Conn,
+    redis_key: &str,
+) -> Result<Option<String>, ScenarioError> {
+    Ok(redis::cmd("GET").arg(redis_key).query_async(conn).await?)
+}
+
+/// Polls the value at `redis_key` (backstage) until `expired` says it has expired.
+#[tracing::instrument(name = "lab.backstage", skip_all)]
+async fn wait_until(
+    conn: &mut Conn,
+    redis_key: &str,
+    expired: impl Fn(Option<&str>) -> bool,
+) -> Result<(), ScenarioError> {
     let deadline = Instant::now() + EXPIRY_LIMIT;
     loop {
-        let exists: i64 = redis::cmd("EXISTS")
-            .arg(redis_key)
-            .query_async(conn)
-            .await?;
-        if exists == 0 {
+        let now: Option<String> = redis::cmd("GET").arg(redis_key).query_async(conn).await?;
+        if expired(now.as_deref()) {
             return Ok(());
         }
         if Instant::now() > deadline {
