@@ -219,10 +219,20 @@ impl Guest {
     pub async fn launch(&mut self) -> Result<(), ExerciseError> {
         let argv = self.manifest.command.clone();
         let command = self.command(&argv, self.open_log()?);
+        // Recorded before the start, so that a `lab` killed at any moment after it leaves
+        // nothing the next one cannot find: the run's id is in every process the program starts.
+        let mark = self
+            .env
+            .iter()
+            .find(|(name, _)| name == "LAB_RUN")
+            .map(|(name, value)| format!("{name}={value}"))
+            .unwrap_or_default();
+        lab_infra::leftovers::record_program(self.logs.path(), &self.dir, &mark)
+            .map_err(ExerciseError::io(self.logs.path()))?;
         let process = ServerProcess::spawn("the exercise's program", command, SHUTDOWN, None)
             .await
             .map_err(|e| self.spawn_error(&argv[0], e))?;
-        lab_infra::leftovers::record_group(self.logs.path(), process.pid(), &self.dir)
+        lab_infra::leftovers::record_group(self.logs.path(), process.pid())
             .map_err(ExerciseError::io(self.logs.path()))?;
         self.process = Some(process);
         Ok(())

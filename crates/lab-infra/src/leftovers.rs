@@ -13,9 +13,12 @@
 //! A learner's program (`lab exercise`) works in the learner's folder, not in a throwaway
 //! directory, and only its group's leader dies with `lab`: a child it started (a reloader's
 //! worker, the binary under `cargo run`) would live on, holding its port. Its `lab-exercise-*`
-//! directory therefore also names the group ([`GROUP_FILE`]: the group id and the folder the
-//! program runs in), and the sweep ends the processes of that group still working in that
-//! folder, and nothing else. (Half-built templates in
+//! directory therefore also names them ([`GROUP_FILE`]): the folder the program runs in, an
+//! environment variable that every process it starts inherits (its run's `LAB_RUN=<id>`),
+//! written before the program starts, and its process group, added once it has started. The
+//! sweep ends the processes still working in that folder that carry the variable or belong to
+//! the group, and nothing else. (The variable closes the moment between the start and the
+//! group's record: a `lab` killed then left a child that nothing named.) (Half-built templates in
 //! the cache carry an owner file too, and [`crate::template`] removes them likewise.)
 
 use std::fs;
@@ -35,28 +38,40 @@ pub const EXERCISE_PREFIX: &str = "lab-exercise-";
 /// The names of our throwaway directories start with these.
 pub const PREFIXES: [&str; 3] = ["lab-pg-", "lab-redis-", EXERCISE_PREFIX];
 
-/// The file in a `lab-exercise-*` directory that names the learner's program's process group:
-/// `<pgid>\n<the folder it runs in>`.
+/// The file in a `lab-exercise-*` directory that names the learner's program's processes:
+/// `<the folder it runs in>\n<NAME=value it inherits>\n`, then `<pgid>\n` once it has started.
 pub const GROUP_FILE: &str = "lab.group";
 
-/// Records the process group `pgid` of a program running in `workdir`, in `dir`.
-pub fn record_group(dir: &Path, pgid: u32, workdir: &Path) -> io::Result<()> {
+/// Records, in `dir` and before the program starts, how the next `lab` finds what it leaves: the
+/// folder `workdir` it runs in and the environment variable `mark` (`NAME=value`) it and every
+/// process it starts inherit. [`record_group`] adds its process group once it has started.
+pub fn record_program(dir: &Path, workdir: &Path, mark: &str) -> io::Result<()> {
     fs::write(
         dir.join(GROUP_FILE),
-        format!("{pgid}\n{}\n", workdir.display()),
+        format!("{}\n{mark}\n", workdir.display()),
     )
 }
 
-/// The processes of the group recorded in `dir` that still work in its folder.
-fn recorded_group(dir: &Path) -> Vec<Pid> {
+/// Adds the process group `pgid` of the program [`record_program`] recorded in `dir`.
+pub fn record_group(dir: &Path, pgid: u32) -> io::Result<()> {
+    use std::io::Write as _;
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join(GROUP_FILE))?;
+    writeln!(file, "{pgid}")
+}
+
+/// The processes of the program recorded in `dir` that still work in its folder: those that
+/// carry its mark, and those of its group.
+fn recorded_program(dir: &Path) -> Vec<Pid> {
     let Ok(text) = fs::read_to_string(dir.join(GROUP_FILE)) else {
         return Vec::new();
     };
     let mut lines = text.lines();
-    let (Some(Ok(pgid)), Some(workdir)) = (lines.next().map(str::parse::<i32>), lines.next())
-    else {
+    let (Some(workdir), Some(mark)) = (lines.next(), lines.next()) else {
         return Vec::new();
     };
+    let pgid = lines.next().and_then(|line| line.parse::<i32>().ok());
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -64,11 +79,25 @@ fn recorded_group(dir: &Path) -> Vec<Pid> {
         .flatten()
         .filter_map(|entry| {
             let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let pgrp = crate::process::stat_of(&entry.path())?.pgrp;
             let cwd = fs::read_link(entry.path().join("cwd")).ok()?;
-            (pgrp == pgid && cwd.starts_with(workdir)).then_some(Pid::from_raw(pid))
+            if !cwd.starts_with(workdir) {
+                return None;
+            }
+            let in_group = pgid.is_some_and(|pgid| {
+                crate::process::stat_of(&entry.path()).is_some_and(|stat| stat.pgrp == pgid)
+            });
+            (in_group || carries(&entry.path(), mark)).then_some(Pid::from_raw(pid))
         })
         .collect()
+}
+
+/// Whether the process at `proc_dir` (`/proc/<pid>`) started with `mark` (`NAME=value`) in its
+/// environment. An empty mark is no mark: it must never match the learner's own processes
+/// (an editor, a shell) that work in the same folder.
+fn carries(proc_dir: &Path, mark: &str) -> bool {
+    mark.contains('=')
+        && fs::read(proc_dir.join("environ"))
+            .is_ok_and(|environ| environ.split(|b| *b == 0).any(|var| var == mark.as_bytes()))
 }
 
 /// A directory without an owner file is left alone this long: it may be one that a `lab` has
@@ -167,7 +196,7 @@ pub fn sweep() -> Vec<PathBuf> {
         // The kernel ended them with their owner; a straggler gets the same end now.
         let stragglers: Vec<Pid> = processes_in(&dir)
             .into_iter()
-            .chain(recorded_group(&dir))
+            .chain(recorded_program(&dir))
             .collect();
         for pid in &stragglers {
             let _ = kill(*pid, Signal::SIGKILL);
@@ -209,6 +238,33 @@ mod tests {
         fs::write(dead.join(OWNER_FILE), format!("{} 1\n", std::process::id())).unwrap();
         fs::write(other.join(OWNER_FILE), "1 1\n").unwrap();
         assert_eq!(abandoned(tmp.path()), vec![dead]);
+    }
+
+    /// A process that carries the mark is found before its group is recorded, one without it
+    /// never is, and an empty mark matches nothing.
+    #[test]
+    fn a_program_is_found_by_its_mark_before_its_group_is_recorded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let workdir = tempfile::tempdir().unwrap();
+        let spawn = |mark: &str| {
+            let mut command = std::process::Command::new("sleep");
+            command.arg("30").current_dir(workdir.path());
+            if let Some((name, value)) = mark.split_once('=') {
+                command.env(name, value);
+            }
+            command.spawn().unwrap()
+        };
+        let mut marked = spawn("LAB_RUN=0badcafe");
+        let mut other = spawn("LAB_RUN=12345678");
+        record_program(tmp.path(), workdir.path(), "LAB_RUN=0badcafe").unwrap();
+        let found = recorded_program(tmp.path());
+        assert_eq!(found, vec![Pid::from_raw(marked.id() as i32)]);
+        record_program(tmp.path(), workdir.path(), "").unwrap();
+        assert_eq!(recorded_program(tmp.path()), vec![]);
+        for child in [&mut marked, &mut other] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
     }
 
     #[test]

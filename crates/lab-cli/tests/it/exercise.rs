@@ -276,8 +276,9 @@ fn answering_program(dir: &Path) {
     );
 }
 
-/// Starts `lab` with `args` (TMPDIR `tmp`) and returns once the program it starts in `dir` runs
-/// (its command line names `program`; the lab's own names the folder too).
+/// Starts `lab` with `args` (TMPDIR `tmp`) and returns once `program` (a name and arguments)
+/// runs in `dir`: not merely a shell whose script names it, nor the lab, whose command line
+/// names the folder too.
 fn lab_with_program_up(
     args: &[&str],
     tmp: &Path,
@@ -291,7 +292,15 @@ fn lab_with_program_up(
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !processes_in(dir).iter().any(|p| p.contains(program)) {
+    // "<pid> <command line>": the program's name (a shim such as pyenv's execs it by its whole
+    // path), then its arguments.
+    let (name, args) = program.split_once(' ').unwrap_or((program, ""));
+    let runs = |process: &String| {
+        let command = process.split_once(' ').map_or("", |(_, command)| command);
+        let (path, rest) = command.split_once(' ').unwrap_or((command, ""));
+        Path::new(path).file_name().is_some_and(|n| n == name) && rest.starts_with(args)
+    };
+    while !processes_in(dir).iter().any(runs) {
         assert!(Instant::now() < deadline, "the program never started");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -384,7 +393,7 @@ fn ctrl_c_in_the_middle_of_a_check_leaves_nothing_running() {
         "crash",
     ];
     // The program is up (the lab is waiting for a commit that never comes): interrupt now.
-    let mut child = lab_with_program_up(&args, tmp.path(), &dir, "http.server");
+    let mut child = lab_with_program_up(&args, tmp.path(), &dir, "python3 -m http.server");
     common::interrupt(&child);
     assert_eq!(child.wait().unwrap().code(), Some(130));
     assert_eq!(
@@ -737,7 +746,8 @@ fn after_a_sigkill_the_next_lab_ends_what_the_program_left() {
         "--only",
         "crash",
     ];
-    let mut child = lab_with_program_up(&args, tmp.path(), &dir, "http.server");
+    // Python runs once the shell has started its child and exec'd.
+    let mut child = lab_with_program_up(&args, tmp.path(), &dir, "python3 -m http.server");
     common::signal(&child, nix::sys::signal::Signal::SIGKILL);
     child.wait().unwrap();
     // The leader dies with `lab`; its child lives on until the next `lab` starts.
@@ -918,7 +928,7 @@ fn sigterm_in_the_middle_of_a_check_leaves_nothing_running() {
         "--only",
         "crash",
     ];
-    let mut child = lab_with_program_up(&args, tmp.path(), &dir, "http.server");
+    let mut child = lab_with_program_up(&args, tmp.path(), &dir, "python3 -m http.server");
     common::signal(&child, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(child.wait().unwrap().code(), Some(143));
     assert_eq!(
