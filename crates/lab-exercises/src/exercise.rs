@@ -193,6 +193,11 @@ pub struct CheckOptions {
     /// comes first; `verify` gives whole shuffled orders, to hold every verdict to being the
     /// same whatever ran before it.
     pub first: Vec<String>,
+    /// The checks that restart the learner's program run beside the others, in a world of
+    /// their own (another run: its own schema, key prefix, ports and start of the program), so
+    /// that their restarts cost no time of the rest's. `watch` asks for it; their verdicts then
+    /// come in the order the checks end.
+    pub restarts_beside: bool,
 }
 
 impl CheckOptions {
@@ -249,6 +254,7 @@ mod tests {
             repeat: CheckOptions::REPEAT,
             guest_env: Vec::new(),
             first: first.iter().map(|s| s.to_string()).collect(),
+            restarts_beside: false,
         }
     }
 

@@ -103,6 +103,10 @@ pub fn texts() -> Result<Texts, lab_core::text::TextError> {
 
 /// Runs the selected checks of `exercise` against `subject`, on `servers` (started or given by
 /// the caller), calling `on_report` as each check ends.
+///
+/// With [`CheckOptions::restarts_beside`], a program's checks that restart it run in a world of
+/// their own beside the others' (two runs at once, each with its own schema, keys, ports and
+/// program), and each verdict is told as its check ends, whichever world it is in.
 pub async fn check(
     exercise: &'static Exercise,
     subject: Subject,
@@ -111,6 +115,47 @@ pub async fn check(
     on_report: &mut dyn FnMut(&CheckReport),
 ) -> Result<Checked, ExerciseError> {
     exercise.known_checks(&options.only)?;
+    let (restarting, staying): (Vec<&CheckSpec>, Vec<&CheckSpec>) = exercise
+        .checks()
+        .filter(|spec| options.selects(spec.name))
+        .partition(|spec| spec.restarts);
+    let is_program = matches!(subject, Subject::Program { .. });
+    if !options.restarts_beside || !is_program || restarting.is_empty() || staying.is_empty() {
+        return open(exercise, subject, servers, options, on_report).await;
+    }
+    let only = |specs: Vec<&CheckSpec>| CheckOptions {
+        only: specs.iter().map(|spec| spec.name.to_string()).collect(),
+        ..options.clone()
+    };
+    let (restarting, staying) = (only(restarting), only(staying));
+    // Both worlds tell their verdicts through one caller, one at a time: the two runs are
+    // futures of this task, and neither holds the borrow across an await.
+    let told = std::cell::RefCell::new(on_report);
+    let mut tell = |report: &CheckReport| (told.borrow_mut())(report);
+    let mut tell_too = |report: &CheckReport| (told.borrow_mut())(report);
+    let (beside, rest) = tokio::join!(
+        open(exercise, subject.clone(), servers, &restarting, &mut tell),
+        open(exercise, subject, servers, &staying, &mut tell_too),
+    );
+    Ok(match (rest?, beside?) {
+        (Checked::Reports(mut reports), Checked::Reports(more)) => {
+            reports.extend(more);
+            Checked::Reports(reports)
+        }
+        (Checked::NotReady(not_ready), _) | (_, Checked::NotReady(not_ready)) => {
+            Checked::NotReady(not_ready)
+        }
+    })
+}
+
+/// One world: `exercise` opened on `subject`, its selected checks run, and closed.
+async fn open(
+    exercise: &'static Exercise,
+    subject: Subject,
+    servers: &Servers,
+    options: &CheckOptions,
+    on_report: &mut dyn FnMut(&CheckReport),
+) -> Result<Checked, ExerciseError> {
     (exercise.open)(exercise::Setup {
         subject,
         servers,
@@ -197,6 +242,7 @@ mod tests {
             repeat: CheckOptions::REPEAT,
             guest_env: Vec::new(),
             first: Vec::new(),
+            restarts_beside: false,
         };
         let mut verdicts = Vec::new();
         for (name, status) in [("greets", 201), ("silent", 200)] {

@@ -437,6 +437,7 @@ mod tests {
             repeat: CheckOptions::REPEAT,
             guest_env: Vec::new(),
             first: vec!["third".into()],
+            restarts_beside: false,
         };
         let world = Diary {
             rig: Rig::new("test", &options, None),

@@ -254,6 +254,7 @@ impl Verify<'_> {
             repeat: CheckOptions::REPEAT,
             guest_env: Vec::new(),
             first: Vec::new(),
+            restarts_beside: false,
         };
         let database_url = options
             .servers

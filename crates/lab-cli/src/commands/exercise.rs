@@ -118,6 +118,7 @@ pub async fn exercise_command(
                 repeat: *repeat,
                 guest_env: Vec::new(),
                 first: first.clone(),
+                restarts_beside: false,
             };
             let output = match (junit, options.format) {
                 (true, _) => Output::Junit,
@@ -143,6 +144,7 @@ pub async fn exercise_command(
                 output,
                 replay: &replay,
                 class: class.as_ref(),
+                settled: None,
             };
             run.check(&session, subject).await
         }
@@ -165,6 +167,7 @@ pub async fn exercise_command(
                 repeat: *repeat,
                 guest_env: Vec::new(),
                 first: Vec::new(),
+                restarts_beside: false,
             };
             let replay = Replay::new(exercise, &subject, None, check_options.repeat);
             let session = Session::open(options, library?, Mode::Headless);
@@ -175,6 +178,7 @@ pub async fn exercise_command(
                 output: Output::Text,
                 replay: &replay,
                 class: class.as_ref(),
+                settled: None,
             };
             watch(&session, &run, dir, subject).await
         }
@@ -325,6 +329,49 @@ struct Run<'a> {
     replay: &'a Replay,
     /// The class board each finished check's verdict goes to (`--class`).
     class: Option<&'a super::class::ClassLink>,
+    /// `watch`'s run that began at a save before it settled: nothing of it is told (printed,
+    /// posted to the board, recorded) until it has; a run whose save went on is told nothing.
+    settled: Option<&'a Settled>,
+}
+
+/// Whether the save that began a run has settled (no other change for [`SETTLE`]), or went on.
+struct Settled(tokio::sync::watch::Sender<Option<Told>>);
+
+/// What becomes of a run's verdicts once its save has settled or gone on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Told {
+    Told,
+    /// The save went on: the run is one of code that is no longer there.
+    Untold,
+}
+
+impl Settled {
+    fn new(settled: bool) -> Settled {
+        Settled(tokio::sync::watch::Sender::new(
+            settled.then_some(Told::Told),
+        ))
+    }
+
+    fn is_decided(&self) -> bool {
+        self.0.borrow().is_some()
+    }
+
+    fn is_untold(&self) -> bool {
+        *self.0.borrow() == Some(Told::Untold)
+    }
+
+    fn decide(&self, told: Told) {
+        self.0.send_replace(Some(told));
+    }
+
+    async fn decided(&self) -> Told {
+        // The sender is `self`, alive while this waits: the wait ends only by a decision.
+        let mut decided = self.0.subscribe();
+        match decided.wait_for(Option::is_some).await {
+            Ok(told) => told.unwrap_or(Told::Told),
+            Err(_) => Told::Told,
+        }
+    }
 }
 
 impl Run<'_> {
@@ -370,61 +417,118 @@ impl Run<'_> {
             Subject::Program { dir, .. } => Some(dir.clone()),
             Subject::Target { .. } => None,
         };
-        if self.output == Output::Text {
-            say!(
-                "{}",
-                report::text::heading(self.words, self.exercise, &subject)
-            );
-        }
-        // The board's replay lines name neither the folder nor a database URL.
-        let portable = Replay::portable(self.exercise, self.options.repeat);
-        let sender = self.class.map(super::class::ClassLink::sender);
-        let mut tell = |report: &CheckReport| {
-            if let (Some(sender), Some(class)) = (&sender, self.class)
-                && let Some(post) = class
-                    .languages
-                    .verdict_post(self.exercise, report, &portable)
-            {
-                sender.send(post);
-            }
-            match self.output {
-                Output::Text => {
-                    for line in report::text::check(self.words, self.exercise, report, self.replay)
-                    {
-                        say!("{line}");
-                    }
-                }
-                Output::Json => say!(
-                    "{}",
-                    report::json::check(self.words, self.exercise, report, self.replay)
-                ),
-                Output::Junit => {}
-            }
-            reports.borrow_mut().push(report.clone());
+        // The checks run while their verdicts are told, in this order, by the second half:
+        // held, in `watch`, until the save has settled.
+        let told_done = std::cell::Cell::new(false);
+        let (told, mut to_tell) = tokio::sync::mpsc::unbounded_channel::<CheckReport>();
+        let checking = async {
+            let mut tell = |report: &CheckReport| {
+                let _ = told.send(report.clone());
+            };
+            let checked = lab_exercises::check(
+                self.exercise,
+                subject.clone(),
+                servers,
+                self.options,
+                &mut tell,
+            )
+            .await;
+            drop(told);
+            checked
         };
-        let checked =
-            lab_exercises::check(self.exercise, subject, servers, self.options, &mut tell).await;
-        // The verdicts reach the board (or not, said in one line) before the run's ending.
-        if let Some(sender) = sender {
-            sender.finish().await;
+        let telling = async {
+            if let Some(settled) = self.settled
+                && settled.decided().await == Told::Untold
+            {
+                while to_tell.recv().await.is_some() {}
+                return;
+            }
+            if self.output == Output::Text {
+                say!(
+                    "{}",
+                    report::text::heading(self.words, self.exercise, &subject)
+                );
+            }
+            // The board's replay lines name neither the folder nor a database URL.
+            let portable = Replay::portable(self.exercise, self.options.repeat);
+            let sender = self.class.map(super::class::ClassLink::sender);
+            let selected = self
+                .exercise
+                .checks()
+                .filter(|spec| self.options.selects(spec.name))
+                .count();
+            while let Some(report) = to_tell.recv().await {
+                if let (Some(sender), Some(class)) = (&sender, self.class)
+                    && let Some(post) =
+                        class
+                            .languages
+                            .verdict_post(self.exercise, &report, &portable)
+                {
+                    sender.send(post);
+                }
+                self.tell(&report);
+                reports.borrow_mut().push(report);
+                if reports.borrow().len() == selected {
+                    break;
+                }
+            }
+            // The verdicts reach the board (or not, said in one line) before the run's ending.
+            if let Some(sender) = sender {
+                sender.finish().await;
+            }
+            // Every check told: the summary comes now, while the worlds close (the program
+            // stopped, the schema dropped), in text; JSON's and JUnit's endings wait for how
+            // the run ended.
+            if self.output == Output::Text && reports.borrow().len() == selected {
+                self.tell_done(program_dir.as_deref(), &reports.borrow());
+                told_done.set(true);
+            }
+        };
+        let (checked, ()) = tokio::join!(checking, telling);
+        if self.settled.is_some_and(Settled::is_untold) {
+            return Ok(exit::OK);
         }
         let checked = checked.map_err(failure)?;
         let reports = reports.borrow();
         match checked {
             Checked::Reports(_) => {
-                if let Some(dir) = &program_dir {
-                    let verdicts: Vec<(&str, VerdictKind)> =
-                        reports.iter().map(|r| (r.name, r.verdict.kind())).collect();
-                    // Progress is a convenience: a read-only folder does not fail the check.
-                    let _ = state::State::record(dir, &verdicts);
+                if !told_done.get() {
+                    self.tell_done(program_dir.as_deref(), &reports);
                 }
-                self.tell_ending(&reports, &Ending::Done);
                 Ok(exit_code(&reports))
             }
             Checked::NotReady(not_ready) => {
                 self.tell_ending(&reports, &Ending::NotReady(&not_ready));
                 Ok(exit::UNDECIDED)
             }
+        }
+    }
+
+    /// The ending of a run whose checks all ran: the learner's progress recorded (in the
+    /// program's folder), and the summary.
+    fn tell_done(&self, program_dir: Option<&Path>, reports: &[CheckReport]) {
+        if let Some(dir) = program_dir {
+            let verdicts: Vec<(&str, VerdictKind)> =
+                reports.iter().map(|r| (r.name, r.verdict.kind())).collect();
+            // Progress is a convenience: a read-only folder does not fail the check.
+            let _ = state::State::record(dir, &verdicts);
+        }
+        self.tell_ending(reports, &Ending::Done);
+    }
+
+    /// One check's verdict, in the run's output (JUnit's come with the ending).
+    fn tell(&self, report: &CheckReport) {
+        match self.output {
+            Output::Text => {
+                for line in report::text::check(self.words, self.exercise, report, self.replay) {
+                    say!("{line}");
+                }
+            }
+            Output::Json => say!(
+                "{}",
+                report::json::check(self.words, self.exercise, report, self.replay)
+            ),
+            Output::Junit => {}
         }
     }
 
@@ -488,9 +592,22 @@ fn learners_change(path: &Path) -> bool {
         || name.starts_with(".#"))
 }
 
-/// How long a burst of changes (an editor's save: a temporary file, a rename) settles before
-/// the re-check: one check for one save.
+/// How long a burst of changes (an editor's save: a temporary file, a rename) must be quiet
+/// before a run's verdicts are told: one check for one save.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The quiet that ends one write's events (a truncation, the bytes, the close: microseconds
+/// apart) before a save's run begins; the rest of a longer save is caught by [`SETTLE`].
+const BURST: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// What began a run of `watch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begun {
+    /// Nothing left to settle: the first run, a key, or changes that have already settled.
+    Settled,
+    /// A save, that may go on for a few more writes: the run's verdicts wait for it to settle.
+    Save,
+}
 
 /// `lab exercise watch`: checks, then checks again whenever a file of the exercise changes,
 /// on one set of servers, with a footer of keys (h a hint, r re-check, q quit), as rustlings'
@@ -525,17 +642,52 @@ async fn watch(
             // The checks that failed (or could not decide) last time run first, so the verdict
             // the learner is working on comes first after a save; the rest follow.
             let mut failed_last: Vec<String> = Vec::new();
+            // What began the next run: the start, a key (both settled), or a save.
+            let mut begun_by = Begun::Settled;
             loop {
                 let reports = RefCell::new(Vec::new());
                 let options = CheckOptions {
                     first: std::mem::take(&mut failed_last),
+                    // A restart (crash) costs its world a second start of the program: beside
+                    // the rest, it costs no time of theirs.
+                    restarts_beside: true,
                     ..run.options.clone()
                 };
+                let settled = Settled::new(begun_by == Begun::Settled);
                 let this_run = Run {
                     options: &options,
+                    settled: Some(&settled),
                     ..*run
                 };
-                this_run.check_on(servers, subject.clone(), &reports).await?;
+                // A save begins its run at once: the program starts (and a Rust one builds) while
+                // the save settles, and the verdicts are told once it has. A change within
+                // SETTLE means the save went on: the run goes on to its end untold (dropped
+                // halfway, a database statement of its own could be cut between being queued
+                // and being sent, and hold its connection), and the next one waits for the
+                // changes to settle first.
+                let checking = this_run.check_on(servers, subject.clone(), &reports);
+                tokio::pin!(checking);
+                let quiet = tokio::time::sleep(SETTLE);
+                tokio::pin!(quiet);
+                let ended = loop {
+                    tokio::select! {
+                        ended = &mut checking => break ended,
+                        () = &mut quiet, if !settled.is_decided() => settled.decide(Told::Told),
+                        Some(()) = changes.recv(), if !settled.is_decided() => {
+                            settled.decide(Told::Untold);
+                        }
+                    }
+                };
+                if settled.is_untold() {
+                    // Its failure too is of code that is no longer there.
+                    drop(ended);
+                    tokio::time::sleep(SETTLE).await;
+                    while changes.try_recv().is_ok() {}
+                    failed_last = options.first.clone();
+                    begun_by = Begun::Settled;
+                    continue;
+                }
+                ended?;
                 failed_last = reports
                     .borrow()
                     .iter()
@@ -554,14 +706,19 @@ async fn watch(
                 loop {
                     tokio::select! {
                         Some(()) = changes.recv() => {
-                            tokio::time::sleep(SETTLE).await;
-                            while changes.try_recv().is_ok() {}
+                            // One write of a file is several events (a truncation, the bytes,
+                            // the close): the run begins once they have come.
+                            while tokio::time::timeout(BURST, changes.recv()).await.is_ok_and(|e| e.is_some()) {}
+                            begun_by = Begun::Save;
                             break;
                         }
                         line = keys.next_line(), if keys_open => match line {
                             Ok(Some(line)) => match line.trim() {
                                 "q" => return Ok(exit::OK),
-                                "r" | "" => break,
+                                "r" | "" => {
+                                    begun_by = Begun::Settled;
+                                    break;
+                                }
                                 "h" => {
                                     hint = hint % 3 + 1;
                                     say!("{}", words.of(run.exercise, &Msg::new(format!("hint.{hint}"))));

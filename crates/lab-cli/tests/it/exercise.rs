@@ -802,6 +802,67 @@ fn watch_checks_again_on_a_save_and_quits_on_q() {
     lab_testkit::assert_nothing_left(tmp.path(), "after watch");
 }
 
+/// A save that goes on (a second write within watch's settling time) gets one run, of what was
+/// saved last: the run the first write began is told nothing, though its program had started.
+#[test]
+fn watch_tells_only_the_run_of_the_last_write_of_a_save() {
+    use std::io::Write as _;
+    let tmp = shared_tempdir();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("ex");
+    // A program that exits at once while app.py says so: a run of that version could not check.
+    project(
+        &dir,
+        &[
+            "sh",
+            "-c",
+            "grep -q broken app.py && exit 3; exec python3 -m http.server --bind 127.0.0.1 \"$PORT\"",
+        ],
+        "",
+    );
+    std::fs::write(dir.join("app.py"), "# v1\n").unwrap();
+    let (mut child, seen) = watching(&dir, tmp.path(), &["replay"]);
+    // Every line up to a run's ending (its summary, or why it could not check).
+    let run = |seen: &std::sync::mpsc::Receiver<String>| {
+        let mut lines = Vec::new();
+        loop {
+            let line = seen
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a check run ends");
+            let ended = line.contains("passed,") || line.contains("could not");
+            lines.push(line);
+            if ended {
+                return lines;
+            }
+        }
+    };
+    run(&seen);
+    std::fs::write(dir.join("app.py"), "# broken\n").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    std::fs::write(dir.join("app.py"), "# v2\n").unwrap();
+    let told = run(&seen);
+    let headings = told
+        .iter()
+        .filter(|l| l.starts_with("lab exercise check"))
+        .count();
+    assert_eq!(headings, 1, "one run told: {told:#?}");
+    assert!(
+        told.last().unwrap().contains("passed,"),
+        "the run told is the last write's: {told:#?}"
+    );
+    let mut keys = child.stdin.take().unwrap();
+    keys.write_all(b"q\n").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    // Nothing more was said: the untold run did not come after.
+    let rest: Vec<String> = seen.try_iter().collect();
+    assert!(
+        !rest.iter().any(|l| l.starts_with("lab exercise check")),
+        "{rest:#?}"
+    );
+    assert_eq!(processes_in(&dir), Vec::<String>::new());
+    lab_testkit::assert_nothing_left(tmp.path(), "after watch");
+}
+
 // ─── Exercise `worker`, with the lesson's Python stack ──────────────────────────────────────
 
 /// The worker's reference solution, written out with the venv linked in, its worker.py
