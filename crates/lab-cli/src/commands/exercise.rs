@@ -708,7 +708,9 @@ async fn watch(
                         Some(()) = changes.recv() => {
                             // One write of a file is several events (a truncation, the bytes,
                             // the close): the run begins once they have come.
-                            while tokio::time::timeout(BURST, changes.recv()).await.is_ok_and(|e| e.is_some()) {}
+                            while let Ok(Some(())) =
+                                tokio::time::timeout(BURST, changes.recv()).await
+                            {}
                             begun_by = Begun::Save;
                             break;
                         }
