@@ -224,7 +224,7 @@ impl Guest {
         let mark = self
             .env
             .iter()
-            .find(|(name, _)| name == "LAB_RUN")
+            .find(|(name, _)| name == crate::guest_env::RUN_VAR)
             .map(|(name, value)| format!("{name}={value}"))
             .unwrap_or_default();
         lab_infra::leftovers::record_program(self.logs.path(), &self.dir, &mark)

@@ -24,6 +24,10 @@
 //! Everything else of the learner's own environment is passed on, except the lab's own settings
 //! (`LAB_*`, `DATABASE_URL`, `REDIS_URL`, `TOXIPROXY_URL`): the program sees only its run.
 
+/// The variable that carries the run's id, in every process the program starts: how the next
+/// `lab` finds what a killed one left (`lab_infra::leftovers`).
+pub const RUN_VAR: &str = "LAB_RUN";
+
 /// The environment of one start of the learner's program.
 #[derive(Debug, Clone, Default)]
 pub struct GuestEnv {
@@ -62,7 +66,7 @@ impl GuestEnv {
     pub fn vars(&self) -> Vec<(String, String)> {
         let mut vars = vec![
             ("HOST".to_string(), "127.0.0.1".to_string()),
-            ("LAB_RUN".to_string(), self.run.clone()),
+            (RUN_VAR.to_string(), self.run.clone()),
             ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
         ];
         let mut put = |name: &str, value: Option<String>| {

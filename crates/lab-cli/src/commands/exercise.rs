@@ -367,10 +367,12 @@ impl Settled {
     async fn decided(&self) -> Told {
         // The sender is `self`, alive while this waits: the wait ends only by a decision.
         let mut decided = self.0.subscribe();
-        match decided.wait_for(Option::is_some).await {
-            Ok(told) => told.unwrap_or(Told::Told),
-            Err(_) => Told::Told,
-        }
+        let told = decided
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|t| *t);
+        told.unwrap_or(Told::Told)
     }
 }
 
@@ -419,7 +421,6 @@ impl Run<'_> {
         };
         // The checks run while their verdicts are told, in this order, by the second half:
         // held, in `watch`, until the save has settled.
-        let told_done = std::cell::Cell::new(false);
         let (told, mut to_tell) = tokio::sync::mpsc::unbounded_channel::<CheckReport>();
         let checking = async {
             let mut tell = |report: &CheckReport| {
@@ -452,11 +453,6 @@ impl Run<'_> {
             // The board's replay lines name neither the folder nor a database URL.
             let portable = Replay::portable(self.exercise, self.options.repeat);
             let sender = self.class.map(super::class::ClassLink::sender);
-            let selected = self
-                .exercise
-                .checks()
-                .filter(|spec| self.options.selects(spec.name))
-                .count();
             while let Some(report) = to_tell.recv().await {
                 if let (Some(sender), Some(class)) = (&sender, self.class)
                     && let Some(post) =
@@ -468,7 +464,7 @@ impl Run<'_> {
                 }
                 self.tell(&report);
                 reports.borrow_mut().push(report);
-                if reports.borrow().len() == selected {
+                if self.all_told(&reports.borrow()) {
                     break;
                 }
             }
@@ -479,9 +475,8 @@ impl Run<'_> {
             // Every check told: the summary comes now, while the worlds close (the program
             // stopped, the schema dropped), in text; JSON's and JUnit's endings wait for how
             // the run ended.
-            if self.output == Output::Text && reports.borrow().len() == selected {
+            if self.output == Output::Text && self.all_told(&reports.borrow()) {
                 self.tell_done(program_dir.as_deref(), &reports.borrow());
-                told_done.set(true);
             }
         };
         let (checked, ()) = tokio::join!(checking, telling);
@@ -492,7 +487,8 @@ impl Run<'_> {
         let reports = reports.borrow();
         match checked {
             Checked::Reports(_) => {
-                if !told_done.get() {
+                // In text, told already once every check was.
+                if self.output != Output::Text || !self.all_told(&reports) {
                     self.tell_done(program_dir.as_deref(), &reports);
                 }
                 Ok(exit_code(&reports))
@@ -502,6 +498,11 @@ impl Run<'_> {
                 Ok(exit::UNDECIDED)
             }
         }
+    }
+
+    /// Whether every selected check has been told.
+    fn all_told(&self, reports: &[CheckReport]) -> bool {
+        report::not_run(self.exercise, self.options, reports).is_empty()
     }
 
     /// The ending of a run whose checks all ran: the learner's progress recorded (in the
